@@ -1,0 +1,5 @@
+import sys
+
+from sbxc.cli import main
+
+sys.exit(main())

@@ -1,0 +1,50 @@
+"""The ``sbxc`` command: dispatch only.
+
+Each subcommand lives in its own module and is imported on demand, so ``sbxc exec``
+loads the runtime and nothing of the compiler (no YAML parser, no Lark, no libseccomp).
+"""
+import sys
+
+USAGE = """usage: sbxc COMMAND [ARGS]
+
+commands:
+  compile [POLICY] --check      validate a policy; print diagnostics and the enforcement report
+  compile [POLICY] -o PLAN      write the compiled plan (JSON)
+  exec [--policy P | --plan F] -- CMD...   run CMD in the sandbox
+  print-config                  every resolved setting and where it came from
+  doctor                        what this host can enforce; cache sizes
+  cache path|clear              the per-project dependency cache
+  schema                        JSON Schema of the policy file
+"""
+
+# command name -> (module, function); each function takes the remaining argv, returns the exit code
+COMMANDS = {
+    "exec": ("sbxc.runtime.launch", "exec_main"),
+    "compile": ("sbxc.commands.compile", "main"),
+    "print-config": ("sbxc.commands.print_config", "main"),
+    "schema": ("sbxc.commands.schema", "main"),
+    "doctor": ("sbxc.commands.doctor", "main"),
+    "cache": ("sbxc.commands.cache", "main"),
+}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        sys.stdout.write(USAGE)
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        from sbxc import __version__
+
+        sys.stdout.write(f"sbxc {__version__}\n")
+        return 0
+    entry = COMMANDS.get(argv[0])
+    if entry is None:
+        sys.stderr.write(f"sbxc: unknown command {argv[0]!r}\n{USAGE}")
+        return 2
+    module = __import__(entry[0], fromlist=[entry[1]])
+    return getattr(module, entry[1])(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""The one IR: a policy after loading, merging, variable expansion and path resolution.
+
+Everything after ``normalize`` works on these types only; nothing here knows about YAML
+or Lark. All containers are tuples in canonical order, so equal policies give equal plans
+and ``to_dict`` gives the same bytes every time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Path access kinds, ordered from most to least restrictive on the same path (SPEC §2:
+# mask > read > write). ``tmpfs`` sits between mask and read: it shows none of the
+# host's content and writes nothing back to the host, so it exposes less than ``read``.
+MASK = "mask"
+TMPFS = "tmpfs"
+READ = "read"
+WRITE = "write"
+NONE = "none"  # no rule covers the path: it is not there for the command
+
+STRICTNESS = {MASK: 0, TMPFS: 1, READ: 2, WRITE: 3}
+ACCESS_KINDS = (MASK, TMPFS, READ, WRITE)
+
+# What a path was on the host when the plan was compiled.
+KIND_DIR = "dir"
+KIND_FILE = "file"
+KIND_SOCKET = "socket"
+KIND_OTHER = "other"  # device, fifo
+KIND_MISSING = "missing"  # a mask of a missing path, or the cache folder made at run time
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Span:
+    """Where something was written: 1-based line and column, end exclusive."""
+
+    file: str
+    line: int
+    col: int
+    end_line: int = 0
+    end_col: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+BUILTIN_SPAN = Span("<builtin>", 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class PathRule:
+    """One filesystem rule after expansion and resolution."""
+
+    path: str
+    """Absolute real path, no trailing slash (except ``/`` itself), symlinks resolved."""
+    access: str
+    """One of ``mask``, ``tmpfs``, ``read``, ``write``."""
+    kind: str
+    """What ``path`` was on the host at compile time (``dir``, ``file``, ``socket`` …)."""
+    span: Span
+    """The rule this entry came from."""
+    written: str = ""
+    """The path as the policy wrote it, before expansion (for reports)."""
+    origin: str = "filesystem"
+    """``filesystem`` for a policy rule; ``home``, ``cache`` for rules implied by those keys."""
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedRule:
+    """An optional (``verb?``) rule whose path is missing on this host."""
+
+    path: str
+    access: str
+    span: Span
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NetRule:
+    """``connect tcp PORT[-PORT]`` or ``bind tcp PORT[-PORT]``."""
+
+    op: str  # "connect" | "bind"
+    proto: str  # "tcp"
+    port_lo: int
+    port_hi: int
+    span: Span
+
+
+NET_ON = "on"
+NET_OFF = "off"
+NET_RULES = "rules"
+
+
+@dataclass(frozen=True, slots=True)
+class Network:
+    mode: str
+    """``on``, ``off`` or ``rules`` (only the listed TCP ports)."""
+    rules: tuple[NetRule, ...] = ()
+    span: Span = BUILTIN_SPAN
+    """Where the winning setting came from (a file, or ``<command line>``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CachePlan:
+    enabled: bool
+    root: str
+    """The cache root, e.g. ``/var/tmp/sbxc-1000``."""
+    dir: str
+    """This project's cache folder: ``{root}/{project-id}``."""
+    tools: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    """Variables set inside the sandbox, each pointing into ``dir``."""
+    required: bool = False
+    """Refuse to run (125) instead of falling back to a throwaway cache."""
+    span: Span = BUILTIN_SPAN
+
+
+@dataclass(frozen=True, slots=True)
+class EnvPlan:
+    passed: tuple[str, ...]
+    """Host variable names or globs (``*``, ``?``) let through."""
+    set: tuple[tuple[str, str], ...]
+    """Variables set inside, after ``passed`` (they win)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SyscallPlan:
+    deny: tuple[str, ...]
+    """Sorted syscall names refused with EPERM (builtin list plus the policy's)."""
+    allow_unix_sockets: bool = False
+    """Landlock only: allow new AF_UNIX sockets (reaching masked socket files stays possible)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LandlockPlan:
+    min_abi: int = 1
+    best_effort: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    project: str
+    """Real path of the project root."""
+    home: str
+    home_mode: str
+    """``read-only``, ``hidden`` or ``writable``."""
+    uid: int
+    backend: str
+    """Requested backend: ``auto``, ``bwrap``, ``landlock`` or ``sandbox-exec``."""
+    fs: tuple[PathRule, ...]
+    """Sorted by (depth, path): parents before children; one entry per path."""
+    skipped: tuple[SkippedRule, ...]
+    network: Network
+    env: EnvPlan
+    cache: CachePlan
+    syscalls: SyscallPlan
+    landlock: LandlockPlan
+    sources: tuple[tuple[str, str], ...] = ()
+    """(path, sha256) of every policy file that went into the plan."""
+    workspace: tuple[tuple[str, int], ...] = ()
+    """Session quotas: (``max_sessions``/``max_bytes``, value)."""
+
+
+def path_depth(path: str) -> int:
+    return 0 if path == "/" else path.count("/")
+
+
+def fs_sort_key(rule: PathRule) -> tuple[int, str]:
+    return (path_depth(rule.path), rule.path)
+
+
+def is_within(path: str, parent: str) -> bool:
+    """True when ``path`` is ``parent`` or lies beneath it (``/a/b`` is not within ``/a/bc``)."""
+    if parent == "/":
+        return path.startswith("/")
+    return path == parent or path.startswith(parent + "/")
+
+
+def stricter(a: str, b: str) -> str:
+    return a if STRICTNESS[a] <= STRICTNESS[b] else b
