@@ -1,0 +1,67 @@
+"""The compiled plan file: what ``sbxc compile -o`` writes and ``sbxc exec --plan`` reads.
+
+Layout (JSON, keys sorted, so the same input gives the same bytes)::
+
+    {
+      "format": "sbxc-plan/1",
+      "sbxc": "<version>",
+      "backend": "bwrap" | "landlock" | "sandbox-exec",
+      "host": {HostFacts},                  # the facts the plan assumed
+      "sources": [[path, sha256], ...],     # policy files it came from
+      "ir": {Plan as a dict},               # for print-config, reports, debugging
+      "runtime": {...},                     # what every runtime needs, see runtime_section
+      "lowered": {...},                     # the backend's own plan (argv, rules, profile ...)
+      "report": [[subject, status, why, "file:line:col"], ...]
+    }
+
+This module only builds and serializes; the runtime reads the file with ``json`` alone
+(or from its marshal cache) and never imports the compiler.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from . import __version__
+from .compiler.plan import Plan
+from .hostfacts import HostFacts
+
+FORMAT = "sbxc-plan/1"
+
+
+def runtime_section(plan: Plan) -> dict:
+    """What the runtime needs whatever the backend: environment, cache, checks, network."""
+    return {
+        "project": plan.project,
+        "env_pass": list(plan.env.passed),
+        "env_set": [list(kv) for kv in plan.env.set],
+        "cache": {
+            "enabled": plan.cache.enabled,
+            "root": plan.cache.root,
+            "dir": plan.cache.dir,
+            "env": [list(kv) for kv in plan.cache.env],
+            "required": plan.cache.required,
+        },
+        "network": plan.network.mode,
+        # Re-checked at run time: a path that became a symlink (or changed kind) since
+        # compile time makes the run refuse (125).
+        "checks": [[r.path, r.kind, r.access] for r in plan.fs if r.kind != "missing"],
+    }
+
+
+def build(plan: Plan, host: HostFacts, backend: str, lowered: dict, verdicts) -> dict:
+    return {
+        "format": FORMAT,
+        "sbxc": __version__,
+        "backend": backend,
+        "host": host.to_dict(),
+        "sources": [list(s) for s in plan.sources],
+        "ir": asdict(plan),
+        "runtime": runtime_section(plan),
+        "lowered": lowered,
+        "report": [[v.subject, v.status, v.why, str(v.span)] for v in verdicts],
+    }
+
+
+def dumps(planfile: dict) -> bytes:
+    return (json.dumps(planfile, sort_keys=True, indent=1, ensure_ascii=True) + "\n").encode()
