@@ -1,0 +1,492 @@
+"""The per-project cache folder at run time: create, check, fall back, clean up (SPEC §6).
+
+On the ``sbxc exec`` hot path: imports ``os`` and ``stat`` only.
+
+Contract for the runtime core (``runtime/launch.py``)
+------------------------------------------------------
+Before building the sandbox::
+
+    from .cachedir import prepare, CacheRefused
+    try:
+        setup = prepare(planfile["runtime"]["cache"], project=planfile["runtime"]["project"])
+    except CacheRefused as e:          # cache.required and the folder failed its checks,
+        die125(e.line)                 # or no safe throwaway could be made
+    if setup.warning:
+        stderr.write(setup.warning + "\\n")   # one line, before the command's output
+    argv   = setup.relocate_argv(bwrap_argv)     # bwrap: options before "--" only
+    rules  = [(setup.relocate(p), rights) for p, rights in landlock_rules]   # Landlock
+    env   += setup.env                            # the cache variables, relocated
+    ...run the command...
+    setup.cleanup()                                # always (finally:), even on failure;
+                                                   # a no-op unless a throwaway was used
+
+``setup`` also unpacks as ``dir, warning, cleanup = prepare(...)``.
+
+When the folder passes its checks nothing is relocated: ``setup.dir`` is the planned
+folder. When it does not, ``prepare`` makes a throwaway root ``T`` (a fresh 0700 folder
+with a random name in ``/var/tmp``, or ``/tmp``) holding ``T/{project-id}``, and
+``relocate`` swaps the planned root for ``T`` in every path at or below it: the ``mask``
+of the root and the ``write`` of the project folder, the bwrap bind arguments and the
+environment all move together, so the sandbox sees the throwaway where the plan would
+have shown the cache, and nothing refers to the suspect folder any more. Only sbxc's
+own planned paths are relocated; the command's argv (after ``--``) is left alone.
+
+The cache variables are handed to the sandboxed command only (``setup.env``); this module
+never touches ``os.environ``.
+
+Why the checks are done the way they are
+----------------------------------------
+Every folder is opened with ``O_NOFOLLOW`` relative to its parent's descriptor, starting
+at ``/``, and judged by ``fstat`` of what was opened, so a symlink swapped in between a
+check and a use is never followed. The parents of the root must be owned by root or the
+caller and, when others can write them, sticky (as ``/var/tmp`` is): then no other user
+can rename the root or the project folder away and put their own in its place after the
+checks, and the path the sandbox is later given stays the folder that was checked.
+"""
+from __future__ import annotations
+
+import os
+import stat
+
+_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+MARKER_SUFFIX = ".project"  # same as sbxc.cache.MARKER_SUFFIX (not imported: hot path)
+THROWAWAY_BASES = ("/var/tmp", "/tmp")
+THROWAWAY_PREFIX = "sbxc-throwaway-"
+
+
+class CacheRefused(Exception):
+    """The run must not start (exit 125). ``line`` is the one line to print."""
+
+    def __init__(self, line: str):
+        super().__init__(line)
+        self.line = line
+
+
+class Unsafe(Exception):
+    """A cache folder failed a check: ``problem`` says what, ``fix`` what to do."""
+
+    def __init__(self, problem: str, fix: str):
+        super().__init__(problem)
+        self.problem = problem
+        self.fix = fix
+
+
+# --- opening folders safely ---------------------------------------------------------------
+
+def _describe(name: str, dir_fd: int, shown: str) -> str:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as e:
+        return f"{shown} cannot be opened ({e.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{shown} is a symlink"
+    return f"{shown} is not a folder"
+
+
+def _open_child(dir_fd: int, name: str, shown: str) -> int:
+    """Open folder ``name`` in ``dir_fd`` as an O_PATH descriptor, never through a symlink."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except (NotADirectoryError, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise Unsafe(_describe(name, dir_fd, shown), "") from None
+
+
+def _check_parent(fd: int, shown: str, uid: int) -> None:
+    st = os.fstat(fd)
+    if st.st_uid not in (0, uid):
+        raise Unsafe(f"{shown} (on the way to the cache root) is owned by uid {st.st_uid}", "")
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise Unsafe(f"{shown} (on the way to the cache root) is writable by others and not sticky", "")
+
+
+def _check_own(fd: int, shown: str, uid: int, fix_chmod: str) -> None:
+    st = os.fstat(fd)
+    if st.st_uid != uid:
+        raise Unsafe(f"{shown} is owned by uid {st.st_uid}, not by you (uid {uid})",
+                     f"remove it (as its owner or root), or set cache.root to a folder you own")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        raise Unsafe(f"{shown} has mode {mode:04o}, wider than 0700",
+                     f"check its contents, then run: chmod 700 {fix_chmod}")
+
+
+def open_parents(path: str, uid: int) -> int:
+    """O_PATH descriptor of ``path``'s parent folder, checked component by component."""
+    parts = [p for p in path.split("/") if p]
+    fd = os.open("/", _DIR_FLAGS)
+    shown = ""
+    try:
+        _check_parent(fd, "/", uid)
+        for part in parts[:-1]:
+            shown += "/" + part
+            try:
+                nfd = _open_child(fd, part, shown)
+            except FileNotFoundError:
+                raise Unsafe(f"{shown} (on the way to the cache root) does not exist", "") from None
+            os.close(fd)
+            fd = nfd
+            _check_parent(fd, shown, uid)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_or_make(parent_fd: int, name: str, shown: str, path: str, uid: int, create: bool) -> tuple[int, bool]:
+    """Open (or make, 0700) the folder ``name`` we must own; returns (O_PATH fd, made)."""
+    made = False
+    try:
+        fd = _open_child(parent_fd, name, shown)
+    except FileNotFoundError:
+        if not create:
+            raise
+        try:
+            os.mkdir(name, 0o700, dir_fd=parent_fd)
+            made = True
+        except FileExistsError:
+            pass  # someone was quicker; whatever is there now gets the full checks below
+        fd = _open_child(parent_fd, name, shown)
+    try:
+        if made:
+            st = os.fstat(fd)
+            if st.st_uid == uid and stat.S_IMODE(st.st_mode) != 0o700:
+                # A strict umask made it narrower than 0700; we made it, nobody else can
+                # rename it (parent checked), so setting the mode through /proc is safe.
+                os.chmod(f"/proc/self/fd/{fd}", 0o700)
+        _check_own(fd, shown, uid, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, made
+
+
+def open_cache(root: str, pid: str, uid: int, create: bool) -> tuple[int, int, bool]:
+    """Open root and ``root/pid`` safely: (root O_PATH fd, project O_PATH fd, project made).
+
+    Raises ``Unsafe`` naming the problem, or ``FileNotFoundError`` when ``create`` is false
+    and a folder is missing.
+    """
+    root = os.path.normpath(root)
+    parent = open_parents(root, uid)
+    try:
+        root_fd, _ = _open_or_make(parent, os.path.basename(root), f"cache root {root}", root, uid, create)
+    finally:
+        os.close(parent)
+    try:
+        proj_fd, made = _open_or_make(root_fd, pid, f"project cache {root}/{pid}", f"{root}/{pid}", uid, create)
+    except BaseException:
+        os.close(root_fd)
+        raise
+    return root_fd, proj_fd, made
+
+
+def _make_subdirs(dir_fd: int, rels) -> None:
+    """Make each tool's subfolder (``go/mod`` …) below ``dir_fd``; existing ones are kept."""
+    for rel in rels:
+        fd = os.dup(dir_fd)
+        try:
+            for part in [p for p in rel.split("/") if p]:
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = nfd
+        except OSError:
+            pass  # the sandbox may have replaced it; the tool will say so, inside the sandbox
+        finally:
+            os.close(fd)
+
+
+def _subdirs(cache: dict) -> list:
+    base = cache["dir"].rstrip("/") + "/"
+    return [v[len(base):] for _k, v in cache.get("env", ()) if v.startswith(base)]
+
+
+def _touch_marker(root_fd: int, pid: str, project: str) -> None:
+    """Record which project the folder belongs to and when it was last used.
+
+    The marker sits beside the project folder, in the root the sandbox cannot see, so a
+    sandboxed command cannot rewrite it. Best effort: a failure only costs doctor's label.
+    """
+    name = pid + MARKER_SUFFIX
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=root_fd)
+    except FileExistsError:
+        try:
+            os.utime(name, dir_fd=root_fd, follow_symlinks=False)
+        except OSError:
+            pass
+        return
+    except OSError:
+        return
+    try:
+        os.write(fd, project.encode("utf-8", "surrogateescape") + b"\n")
+    finally:
+        os.close(fd)
+
+
+# --- removing trees without following symlinks --------------------------------------------
+
+def _open_for_removal(parent_fd: int, name: str) -> int:
+    try:
+        return os.open(name, _READ_DIR_FLAGS, dir_fd=parent_fd)
+    except PermissionError:
+        # Our own folder without r/x (Go makes its module cache read-only; a command can
+        # chmod 000). O_PATH needs no permission on the folder itself, and chmod through
+        # /proc/self/fd acts on that exact inode, never on a symlink's target.
+        pfd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        try:
+            os.chmod(f"/proc/self/fd/{pfd}", 0o700)
+        finally:
+            os.close(pfd)
+        return os.open(name, _READ_DIR_FLAGS, dir_fd=parent_fd)
+
+
+def empty_dir(dir_fd: int) -> None:
+    """Delete everything inside the folder open as ``dir_fd`` (an O_RDONLY descriptor).
+
+    Entries are removed relative to their folder's descriptor; a symlink is unlinked, never
+    followed, and subfolders are opened with O_NOFOLLOW, so a link planted by a sandboxed
+    command cannot redirect the deletion outside the tree.
+    """
+    st = os.fstat(dir_fd)
+    if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
+        os.fchmod(dir_fd, stat.S_IMODE(st.st_mode) | 0o700)  # read-only folders (Go's)
+    with os.scandir(dir_fd) as it:
+        names = [e.name for e in it]
+    for name in names:
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                sub = _open_for_removal(dir_fd, name)
+            except (NotADirectoryError, FileNotFoundError):
+                # Swapped for a link or file since the stat: unlink that instead.
+                _unlink(dir_fd, name)
+                continue
+            try:
+                empty_dir(sub)
+            finally:
+                os.close(sub)
+            os.rmdir(name, dir_fd=dir_fd)
+        else:
+            _unlink(dir_fd, name)
+
+
+def _unlink(dir_fd: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        sub = _open_for_removal(dir_fd, name)
+        try:
+            empty_dir(sub)
+        finally:
+            os.close(sub)
+        os.rmdir(name, dir_fd=dir_fd)
+
+
+def remove_tree(parent_fd: int, name: str) -> None:
+    """Delete folder ``name`` in ``parent_fd`` and all it holds (see ``empty_dir``)."""
+    try:
+        fd = _open_for_removal(parent_fd, name)
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        _unlink(parent_fd, name)
+        return
+    try:
+        empty_dir(fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
+
+
+def disk_usage(dir_fd: int) -> int:
+    """Bytes of disk the tree at ``dir_fd`` uses, as ``du`` counts: allocated 512-byte blocks
+    of the folder and everything in it, each inode once, symlinks not followed."""
+    seen = set()
+    total = 0
+
+    def walk(fd: int) -> None:
+        nonlocal total
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
+        with os.scandir(fd) as it:
+            entries = list(it)
+        for e in entries:
+            try:
+                st = os.stat(e.name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                try:
+                    sub = os.open(e.name, _READ_DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    if (st.st_dev, st.st_ino) not in seen:
+                        seen.add((st.st_dev, st.st_ino))
+                        total += st.st_blocks * 512
+                    continue
+                try:
+                    walk(sub)
+                finally:
+                    os.close(sub)
+            elif (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+
+    walk(dir_fd)
+    return total
+
+
+# --- the throwaway cache ------------------------------------------------------------------
+
+def _make_throwaway(uid: int, pid: str, subdirs) -> tuple[str, str, str]:
+    """A fresh, empty 0700 root with ``pid`` inside: returns (base, name, root path)."""
+    last = "no /var/tmp or /tmp to make it in"
+    for base in THROWAWAY_BASES:
+        try:
+            base_fd = open_parents(base + "/x", uid)  # checks base and the folders above it
+        except (Unsafe, OSError) as e:
+            last = getattr(e, "problem", None) or f"{base}: {e}"
+            continue
+        try:
+            for _attempt in range(8):
+                name = f"{THROWAWAY_PREFIX}{uid}-{os.urandom(8).hex()}"
+                try:
+                    # mkdir fails on any existing name, link or not: the folder is new and
+                    # ours; the parent is sticky or private, so no one else can swap it.
+                    os.mkdir(name, 0o700, dir_fd=base_fd)
+                except FileExistsError:
+                    continue
+                except OSError as e:
+                    last = f"{base}: {e.strerror}"
+                    break
+                fd = os.open(name, _DIR_FLAGS, dir_fd=base_fd)
+                try:
+                    os.mkdir(pid, 0o700, dir_fd=fd)
+                    pfd = os.open(pid, _DIR_FLAGS, dir_fd=fd)
+                    try:
+                        _make_subdirs(pfd, subdirs)
+                    finally:
+                        os.close(pfd)
+                finally:
+                    os.close(fd)
+                return base, name, f"{base}/{name}"
+        finally:
+            os.close(base_fd)
+    raise CacheRefused(f"sbxc: cannot make a throwaway cache folder ({last}); "
+                       "fix the cache folder named above, or set cache.enabled: false")
+
+
+def _remove_throwaway(base: str, name: str, uid: int) -> None:
+    try:
+        base_fd = open_parents(base + "/x", uid)
+    except (Unsafe, OSError):
+        return
+    try:
+        remove_tree(base_fd, name)
+    except OSError:
+        pass  # left for the system's /var/tmp cleaning; nothing outside it was touched
+    finally:
+        os.close(base_fd)
+
+
+# --- the entry point ----------------------------------------------------------------------
+
+class CacheSetup:
+    """What ``prepare`` decided: see the module docstring for how the runtime uses it."""
+
+    __slots__ = ("dir", "warning", "cleanup", "env", "planned_root", "actual_root")
+
+    def __init__(self, dir, warning, cleanup, env, planned_root, actual_root):
+        self.dir = dir
+        """The project's cache folder this run uses (None when caching is off)."""
+        self.warning = warning
+        """One line for stderr when a throwaway is used, else None."""
+        self.cleanup = cleanup if cleanup is not None else _noop
+        """Call once after the command: deletes the throwaway (no-op otherwise)."""
+        self.env = env
+        """[(name, value)] of the cache variables for the sandboxed command only."""
+        self.planned_root = planned_root
+        self.actual_root = actual_root
+
+    def __iter__(self):
+        return iter((self.dir, self.warning, None if self.cleanup is _noop else self.cleanup))
+
+    def relocate(self, path: str) -> str:
+        """``path`` moved into the throwaway when it lies at or under the planned root."""
+        old, new = self.planned_root, self.actual_root
+        if not old or old == new:
+            return path
+        if path == old:
+            return new
+        if path.startswith(old + "/"):
+            return new + path[len(old):]
+        return path
+
+    def relocate_argv(self, argv) -> list:
+        """bwrap argv with sbxc's own path arguments relocated; the command after the
+        first ``--`` is the user's and stays as it is."""
+        out = []
+        it = iter(argv)
+        for a in it:
+            if a == "--":
+                out.append(a)
+                out.extend(it)
+                break
+            out.append(self.relocate(a) if isinstance(a, str) else a)
+        return out
+
+
+def _noop() -> None:
+    return None
+
+
+def prepare(cache: dict, project: str = "", uid: int | None = None) -> CacheSetup:
+    """Make sure this project's cache folder is safe to hand to the sandbox.
+
+    ``cache`` is the plan file's ``runtime.cache`` section (``enabled``, ``root``, ``dir``,
+    ``env``, ``required``); ``project`` the project's real path (recorded for doctor).
+    Returns a ``CacheSetup``. Raises ``CacheRefused`` (exit 125) when ``required`` is set
+    and the folder fails a check, or when no safe throwaway can be made.
+    """
+    uid = os.getuid() if uid is None else uid
+    if not cache or not cache.get("enabled"):
+        return CacheSetup(None, None, None, [], "", "")
+    root = os.path.normpath(cache["root"])
+    planned = cache["dir"]
+    pid = os.path.basename(planned)
+    env = [(k, v) for k, v in cache.get("env", ())]
+    try:
+        root_fd, proj_fd, _made = open_cache(root, pid, uid, create=True)
+    except (Unsafe, OSError) as e:
+        problem = e.problem if isinstance(e, Unsafe) else f"cache folder {planned}: {e.strerror or e}"
+        fix = (e.fix if isinstance(e, Unsafe) else "") or "set cache.root to a folder you own, outside others' reach"
+        if cache.get("required"):
+            raise CacheRefused(f"sbxc: {problem}, and cache.required is set; fix: {fix}") from None
+        base, name, troot = _make_throwaway(uid, pid, _subdirs(cache))
+        setup = CacheSetup(f"{troot}/{pid}", None, None, env, root, troot)
+        setup.env = [(k, setup.relocate(v)) for k, v in env]
+        setup.warning = (f"sbxc: warning: {problem}; this run uses an empty throwaway cache "
+                         f"(deleted afterwards); fix: {fix}")
+        setup.cleanup = lambda: _remove_throwaway(base, name, uid)
+        return setup
+    try:
+        _make_subdirs(proj_fd, _subdirs(cache))
+        _touch_marker(root_fd, pid, project)
+    finally:
+        os.close(proj_fd)
+        os.close(root_fd)
+    return CacheSetup(planned, None, None, env, root, root)
