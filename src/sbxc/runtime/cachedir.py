@@ -6,19 +6,22 @@ Contract for the runtime core (``runtime/launch.py``)
 ------------------------------------------------------
 Before building the sandbox::
 
-    from .cachedir import prepare, CacheRefused
-    try:
-        setup = prepare(planfile["runtime"]["cache"], project=planfile["runtime"]["project"])
-    except CacheRefused as e:          # cache.required and the folder failed its checks,
-        die125(e.line)                 # or no safe throwaway could be made
+    from .cachedir import prepare
+    # May raise CacheRefused, a Refusal (exit 125): cache.required is set and the folder
+    # failed its checks, or no safe throwaway could be made. Let it propagate.
+    setup = prepare(planfile["runtime"]["cache"], project=planfile["runtime"]["project"])
     if setup.warning:
-        stderr.write(setup.warning + "\\n")   # one line, before the command's output
+        stderr.write(setup.warning + "\n")   # one line, before the command's output
     argv   = setup.relocate_argv(bwrap_argv)     # bwrap: options before "--" only
     rules  = [(setup.relocate(p), rights) for p, rights in landlock_rules]   # Landlock
     env   += setup.env                            # the cache variables, relocated
     ...run the command...
     setup.cleanup()                                # always (finally:), even on failure;
                                                    # a no-op unless a throwaway was used
+
+A throwaway can only be deleted by a process that outlives the command: when one is in
+use, the runtime must wait for the command rather than exec it in place (``setup.dir !=
+cache["dir"]`` tells), then call ``cleanup``.
 
 ``setup`` also unpacks as ``dir, warning, cleanup = prepare(...)``.
 
@@ -48,6 +51,8 @@ from __future__ import annotations
 import os
 import stat
 
+from .errors import Refusal, one_line
+
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MARKER_SUFFIX = ".project"  # same as sbxc.cache.MARKER_SUFFIX (not imported: hot path)
@@ -55,12 +60,9 @@ THROWAWAY_BASES = ("/var/tmp", "/tmp")
 THROWAWAY_PREFIX = "sbxc-throwaway-"
 
 
-class CacheRefused(Exception):
-    """The run must not start (exit 125). ``line`` is the one line to print."""
-
-    def __init__(self, line: str):
-        super().__init__(line)
-        self.line = line
+class CacheRefused(Refusal):
+    """The run must not start (exit 125); ``exec_main`` prints ``line()`` as for any
+    ``Refusal``."""
 
 
 class Unsafe(Exception):
@@ -386,8 +388,8 @@ def _make_throwaway(uid: int, pid: str, subdirs) -> tuple[str, str, str]:
                 return base, name, f"{base}/{name}"
         finally:
             os.close(base_fd)
-    raise CacheRefused(f"sbxc: cannot make a throwaway cache folder ({last}); "
-                       "fix the cache folder named above, or set cache.enabled: false")
+    raise CacheRefused(f"the cache folder failed its checks and no throwaway cache folder could be made ({last})",
+                       "fix the cache folder (see `sbxc doctor`), or turn caching off in the policy")
 
 
 def _remove_throwaway(base: str, name: str, uid: int) -> None:
@@ -475,12 +477,12 @@ def prepare(cache: dict, project: str = "", uid: int | None = None) -> CacheSetu
         problem = e.problem if isinstance(e, Unsafe) else f"cache folder {planned}: {e.strerror or e}"
         fix = (e.fix if isinstance(e, Unsafe) else "") or "set cache.root to a folder you own, outside others' reach"
         if cache.get("required"):
-            raise CacheRefused(f"sbxc: {problem}, and cache.required is set; fix: {fix}") from None
+            raise CacheRefused(f"{problem}, and cache.required is set", fix) from None
         base, name, troot = _make_throwaway(uid, pid, _subdirs(cache))
         setup = CacheSetup(f"{troot}/{pid}", None, None, env, root, troot)
         setup.env = [(k, setup.relocate(v)) for k, v in env]
-        setup.warning = (f"sbxc: warning: {problem}; this run uses an empty throwaway cache "
-                         f"(deleted afterwards); fix: {fix}")
+        setup.warning = one_line(f"sbxc: warning: {problem}; this run uses an empty throwaway cache "
+                                 f"(deleted afterwards); fix: {fix}")
         setup.cleanup = lambda: _remove_throwaway(base, name, uid)
         return setup
     try:
