@@ -104,13 +104,13 @@ def _check_parent(fd: int, shown: str, uid: int) -> None:
         raise Unsafe(f"{shown} (on the way to the cache root) is writable by others and not sticky", "")
 
 
-def _check_own(fd: int, shown: str, uid: int, fix_chmod: str) -> None:
+def _check_own(fd: int, shown: str, uid: int, fix_chmod: str, check_mode: bool = True) -> None:
     st = os.fstat(fd)
     if st.st_uid != uid:
         raise Unsafe(f"{shown} is owned by uid {st.st_uid}, not by you (uid {uid})",
                      f"remove it (as its owner or root), or set cache.root to a folder you own")
     mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o077:
+    if check_mode and mode & 0o077:
         raise Unsafe(f"{shown} has mode {mode:04o}, wider than 0700",
                      f"check its contents, then run: chmod 700 {fix_chmod}")
 
@@ -137,7 +137,8 @@ def open_parents(path: str, uid: int) -> int:
     return fd
 
 
-def _open_or_make(parent_fd: int, name: str, shown: str, path: str, uid: int, create: bool) -> tuple[int, bool]:
+def _open_or_make(parent_fd: int, name: str, shown: str, path: str, uid: int, create: bool,
+                  check_mode: bool = True) -> tuple[int, bool]:
     """Open (or make, 0700) the folder ``name`` we must own; returns (O_PATH fd, made)."""
     made = False
     try:
@@ -158,11 +159,29 @@ def _open_or_make(parent_fd: int, name: str, shown: str, path: str, uid: int, cr
                 # A strict umask made it narrower than 0700; we made it, nobody else can
                 # rename it (parent checked), so setting the mode through /proc is safe.
                 os.chmod(f"/proc/self/fd/{fd}", 0o700)
-        _check_own(fd, shown, uid, path)
+        _check_own(fd, shown, uid, path, check_mode)
     except BaseException:
         os.close(fd)
         raise
     return fd, made
+
+
+def open_root(root: str, uid: int, create: bool, check_mode: bool = True) -> int:
+    """O_PATH descriptor of the cache root, checked (see ``open_cache``)."""
+    root = os.path.normpath(root)
+    parent = open_parents(root, uid)
+    try:
+        return _open_or_make(parent, os.path.basename(root), f"cache root {root}", root, uid, create,
+                             check_mode)[0]
+    finally:
+        os.close(parent)
+
+
+def open_project(root_fd: int, root: str, pid: str, uid: int, check_mode: bool = True) -> int:
+    """O_PATH descriptor of an existing ``root/pid``, checked like the root."""
+    root = os.path.normpath(root)
+    return _open_or_make(root_fd, pid, f"project cache {root}/{pid}", f"{root}/{pid}", uid, False,
+                         check_mode)[0]
 
 
 def open_cache(root: str, pid: str, uid: int, create: bool) -> tuple[int, int, bool]:
@@ -172,11 +191,7 @@ def open_cache(root: str, pid: str, uid: int, create: bool) -> tuple[int, int, b
     and a folder is missing.
     """
     root = os.path.normpath(root)
-    parent = open_parents(root, uid)
-    try:
-        root_fd, _ = _open_or_make(parent, os.path.basename(root), f"cache root {root}", root, uid, create)
-    finally:
-        os.close(parent)
+    root_fd = open_root(root, uid, create)
     try:
         proj_fd, made = _open_or_make(root_fd, pid, f"project cache {root}/{pid}", f"{root}/{pid}", uid, create)
     except BaseException:

@@ -1,0 +1,150 @@
+"""``sbxc cache path|clear``: where a project's dependency cache lives; empty it.
+
+    sbxc cache path  [--project DIR] [--root ROOT]
+    sbxc cache clear [--project DIR | --all | --id ID] [--root ROOT]
+
+The root is ``--root`` when given, else the ``cache.root`` of the project's policy, else
+the default ``/var/tmp/sbxc-{uid}``. Clearing opens every folder with ``O_NOFOLLOW``
+relative to its parent and deletes entries relative to their folder's descriptor
+(``sbxc.runtime.cachedir.empty_dir``), so a symlink a sandboxed command left in its cache
+is removed, never followed out of the cache.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .. import cache as cachemod
+from ..runtime import cachedir
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog)
+    p.add_argument("--project", metavar="DIR", help="the project folder (default: the current folder's project)")
+    p.add_argument("--root", metavar="ROOT", help="the cache root (default: the policy's cache.root, else /var/tmp/sbxc-{uid})")
+    return p
+
+
+def find_project(start: str) -> str:
+    """The project folder for ``start``: the nearest folder holding sandbox.policy.yaml (its
+    ``project:`` key aside), else ``start`` itself; as a real path."""
+    real = os.path.realpath(start)
+    d = real
+    while True:
+        if os.path.isfile(os.path.join(d, "sandbox.policy.yaml")):
+            return d
+        parent = os.path.dirname(d)
+        if parent == d:
+            return real
+        d = parent
+
+
+def policy_cache(project: str) -> tuple[str, str] | None:
+    """(root, dir) from the project's policy when it compiles, else None."""
+    try:
+        from ..compiler.api import compile_policy  # noqa: F401 (optional until it lands)
+    except ImportError:
+        return None
+    try:
+        result = compile_policy(policy=None, cwd=project)
+        plan = getattr(result, "plan", None)
+        if plan is not None and plan.cache.enabled:
+            return plan.cache.root, plan.cache.dir
+    except Exception:  # a broken policy must not keep anyone from finding or clearing a cache
+        return None
+    return None
+
+
+def locate(project_arg: str | None, root_arg: str | None, uid: int) -> tuple[str, str, str]:
+    """(project real path, root, project cache folder)."""
+    project = os.path.realpath(project_arg) if project_arg else find_project(os.getcwd())
+    if root_arg:
+        root = os.path.normpath(os.path.abspath(root_arg))
+        return project, root, cachemod.project_dir(root, project)
+    found = policy_cache(project)
+    if found:
+        return project, found[0], found[1]
+    root = cachemod.default_root(uid)
+    return project, root, cachemod.project_dir(root, project)
+
+
+def main(argv) -> int:
+    if not argv or argv[0] not in ("path", "clear"):
+        sys.stderr.write("usage: sbxc cache path|clear [--project DIR | --all] [--root ROOT]\n")
+        return 2
+    verb, rest = argv[0], argv[1:]
+    p = _parser(f"sbxc cache {verb}")
+    if verb == "clear":
+        p.add_argument("--all", action="store_true", help="every project's cache under the root")
+        p.add_argument("--id", metavar="ID", help="one project folder by its name under the root (as doctor lists it)")
+    try:
+        args = p.parse_args(rest)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    uid = os.getuid()
+    project, root, pdir = locate(args.project, args.root, uid)
+    if verb == "path":
+        sys.stdout.write(pdir + "\n")
+        return 0
+    chosen = [x for x in (args.project, args.all or None, args.id) if x]
+    if len(chosen) > 1:
+        sys.stderr.write("sbxc cache clear: give one of --project, --all, --id\n")
+        return 2
+    if args.id is not None:
+        if args.id in ("", ".", "..") or "/" in args.id or args.id.endswith(cachemod.MARKER_SUFFIX):
+            sys.stderr.write(f"sbxc cache clear: {args.id!r} is not a project cache name\n")
+            return 2
+        pdir = os.path.join(root, args.id)
+    return clear(root, None if args.all else os.path.basename(pdir), uid)
+
+
+def clear(root: str, pid: str | None, uid: int) -> int:
+    """Empty one project's cache folder (``pid``) or, with ``pid=None``, remove every project
+    folder and marker under ``root``. The root and project folders must be ours and no
+    symlinks; a mode wider than 0700 does not stop clearing (emptying it is the fix)."""
+    try:
+        root_fd = cachedir.open_root(root, uid, create=False, check_mode=False)
+    except FileNotFoundError:
+        sys.stdout.write(f"nothing to clear: {root} does not exist\n")
+        return 0
+    except cachedir.Unsafe as e:
+        sys.stderr.write(f"sbxc: {e.problem}; not clearing through it; {e.fix or 'remove it as its owner or root'}\n")
+        return 1
+    try:
+        if pid is None:
+            return _clear_all(root, root_fd)
+        try:
+            pfd = cachedir.open_project(root_fd, root, pid, uid, check_mode=False)
+        except FileNotFoundError:
+            sys.stdout.write(f"nothing to clear: {root}/{pid} does not exist\n")
+            return 0
+        except cachedir.Unsafe as e:
+            sys.stderr.write(f"sbxc: {e.problem}; not clearing through it; {e.fix or 'remove it by hand'}\n")
+            return 1
+        os.close(pfd)
+        fd = os.open(pid, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+        try:
+            cachedir.empty_dir(fd)
+        finally:
+            os.close(fd)
+        sys.stdout.write(f"cleared {root}/{pid}\n")
+        return 0
+    except OSError as e:
+        sys.stderr.write(f"sbxc: clearing {root} failed: {e}\n")
+        return 1
+    finally:
+        os.close(root_fd)
+
+
+def _clear_all(root: str, root_fd: int) -> int:
+    fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root_fd)
+    try:
+        with os.scandir(fd) as it:
+            names = sorted(e.name for e in it)
+    finally:
+        os.close(fd)
+    for name in names:
+        cachedir.remove_tree(root_fd, name)  # unlinks files and links, removes folders
+    sys.stdout.write(f"cleared {len([n for n in names if not n.endswith(cachemod.MARKER_SUFFIX)])} project cache(s) in {root}\n")
+    return 0

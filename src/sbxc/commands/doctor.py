@@ -1,0 +1,184 @@
+"""``sbxc doctor``: what this host can enforce, and the dependency caches it holds.
+
+    sbxc doctor [--root ROOT]
+
+Exit 0; 1 when no Linux backend works here (neither bwrap with user namespaces nor
+Landlock). Every capability line says why. Cache sizes are disk usage as ``du -sk``
+counts it (allocated blocks, hard links once), in KiB.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+
+from .. import cache as cachemod
+from ..runtime import cachedir, probe
+from ..runtime.errors import one_line
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def host_lines(host, userns_why: str) -> tuple[list[str], bool]:
+    """Capability lines and whether a Linux backend works."""
+    lines = [f"host: {host.platform} {host.arch}, uid {host.uid}, home {host.home}"]
+    if host.platform == "darwin":
+        ok = os.path.exists("/usr/bin/sandbox-exec")
+        lines.append(f"  sandbox-exec: {'found' if ok else 'missing'} (/usr/bin/sandbox-exec)")
+        return lines, ok
+    if host.bwrap:
+        lines.append(f"  bwrap: {host.bwrap}, version {host.bwrap_version or 'unknown (bwrap --version said nothing)'}")
+    else:
+        lines.append("  bwrap: not found on PATH (install the bubblewrap package)")
+    lines.append(f"  user namespaces: {'yes' if host.userns else 'no'} ({userns_why})")
+    if host.landlock_abi > 0:
+        extra = []
+        if host.landlock_abi >= 4:
+            extra.append("TCP connect/bind rules")
+        if host.landlock_abi >= 6:
+            extra.append("signal and abstract-socket scopes")
+        lines.append(f"  landlock: ABI {host.landlock_abi} (filesystem rules"
+                     + "".join(", " + e for e in extra) + ")")
+    else:
+        lsm = _read("/sys/kernel/security/lsm")
+        why = (f"not in the kernel's active security modules ({lsm}); add landlock to the lsm= boot parameter"
+               if lsm else "landlock_create_ruleset failed: the kernel lacks Landlock or it is disabled")
+        lines.append(f"  landlock: no ({why})")
+    if host.seccomp:
+        acts = _read("/proc/sys/kernel/seccomp/actions_avail")
+        lines.append(f"  seccomp: yes (filter actions: {acts or 'unknown'})")
+    else:
+        lines.append("  seccomp: no (/proc/sys/kernel/seccomp/actions_avail is missing: kernel built without seccomp filters)")
+    works = (bool(host.bwrap) and host.userns) or host.landlock_abi > 0
+    return lines, works
+
+
+def _kib(nbytes: int) -> int:
+    return -(-nbytes // 1024)  # du rounds up to whole KiB
+
+
+def _human(nbytes: int) -> str:
+    n = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{nbytes} B"
+
+
+def _marker(root_fd: int, pid: str) -> tuple[str, float | None]:
+    """(project path or "", last use) from the marker beside the folder. The marker is in
+    the root, which sandboxes cannot write; its text is still made printable."""
+    name = pid + cachemod.MARKER_SUFFIX
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+    except OSError:
+        return "", None
+    try:
+        st = os.fstat(fd)
+        data = os.read(fd, 4096).decode("utf-8", "replace").rstrip("\n")
+    finally:
+        os.close(fd)
+    return one_line(data), st.st_mtime
+
+
+def clear_command(root: str, pid: str, project: str, uid: int) -> str:
+    base = ["sbxc", "cache", "clear"]
+    if os.path.normpath(root) != cachemod.default_root(uid):
+        base += ["--root", root]
+    if project and cachemod.project_id(project) == pid:
+        base += ["--project", project]
+    else:
+        base += ["--id", pid]
+    return shlex.join(base)
+
+
+def cache_lines(root: str, uid: int) -> list[str]:
+    lines = [f"caches in {root}:"]
+    try:
+        root_fd = cachedir.open_root(root, uid, create=False)
+    except FileNotFoundError:
+        return lines + ["  none yet (the folder is made by the first sandboxed run)"]
+    except cachedir.Unsafe as e:
+        return lines + [f"  unsafe: {e.problem}; runs use a throwaway cache until it is fixed"
+                        + (f": {e.fix}" if e.fix else "")]
+    try:
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root_fd)
+        try:
+            with os.scandir(fd) as it:
+                names = sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+        finally:
+            os.close(fd)
+        if not names:
+            lines.append("  none")
+        for pid in names:
+            shown = one_line(pid)
+            project, last = _marker(root_fd, pid)
+            try:
+                pfd = cachedir.open_project(root_fd, root, pid, uid)
+            except cachedir.Unsafe as e:
+                lines.append(f"  {shown}: unsafe, {e.problem}; runs use a throwaway cache" + (f"; fix: {e.fix}" if e.fix else ""))
+                continue
+            os.close(pfd)
+            rfd = os.open(pid, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+            try:
+                size = cachedir.disk_usage(rfd)
+                if last is None:
+                    last = os.fstat(rfd).st_mtime
+            finally:
+                os.close(rfd)
+            when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(last))
+            lines.append(f"  {shown}")
+            lines.append(f"    project:   {project or 'unknown (no marker)'}")
+            lines.append(f"    size:      {_kib(size)} KiB ({_human(size)}), as du -sk counts")
+            lines.append(f"    last used: {when}")
+            lines.append(f"    clear:     {clear_command(root, pid, project, uid)}")
+    finally:
+        os.close(root_fd)
+    return lines
+
+
+def main(argv) -> int:
+    p = argparse.ArgumentParser(prog="sbxc doctor")
+    p.add_argument("--root", metavar="ROOT", help="the cache root to list (default: the current project's, else /var/tmp/sbxc-{uid})")
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    from ..backends import choose_backend
+
+    from dataclasses import replace
+
+    host = probe.probe_host(os.environ, full=False)
+    userns_why = ""
+    if host.platform == "linux":
+        userns, userns_why = probe.userns_works(host.bwrap)
+        host = replace(host, userns=userns, bwrap_version=probe.bwrap_version(host.bwrap) if host.bwrap else "")
+    lines, works = host_lines(host, userns_why)
+    backend, why = choose_backend("auto", host)
+    lines.append(f"backend auto: {backend} ({why})" if works or host.platform == "darwin"
+                 else f"backend auto: none works here ({why})")
+    uid = os.getuid()
+    if args.root:
+        roots = [os.path.normpath(os.path.abspath(args.root))]
+    else:
+        from .cache import find_project, policy_cache
+
+        roots = [cachemod.default_root(uid)]
+        found = policy_cache(find_project(os.getcwd()))
+        if found and os.path.normpath(found[0]) not in roots:
+            roots.append(os.path.normpath(found[0]))
+    for root in roots:
+        lines += cache_lines(root, uid)
+    sys.stdout.write("\n".join(lines) + "\n")
+    if host.platform == "darwin":
+        return 0
+    return 0 if works else 1
