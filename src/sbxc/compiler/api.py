@@ -1,0 +1,195 @@
+"""compile_policy: find the policy, load it with everything it extends, check it, build the Plan.
+
+This is the one entry point of the compiler; ``sbxc compile``, ``print-config`` and
+``exec --policy`` all go through it. It never raises for anything a user can write.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+from ..hostfacts import HostFacts
+from .diagnostics import Diagnostic, diag, has_errors, sort_key
+from .frontend import Merged, Setting, describe_value, load_chain
+from .normalize import Context, HostPaths, normalize
+from .plan import Plan, Span
+
+POLICY_NAME = "sandbox.policy.yaml"
+DEFAULT_POLICY = "builtin:default"
+COMMAND_LINE = Span("<command line>", 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class SettingRow:
+    """One resolved setting for ``print-config``."""
+
+    key: str
+    value: str
+    origin: str
+    """``default``, ``FILE:LINE:COL`` or ``command line``."""
+    beat: tuple[tuple[str, str], ...] = ()
+    """(value, origin) of each value this one replaced, latest first."""
+
+
+@dataclass(slots=True)
+class CompileResult:
+    plan: Optional[Plan]
+    """None when there are errors."""
+    diagnostics: list[Diagnostic]
+    sources: list[tuple[str, str]]
+    """(path, sha256) of every policy file read, builtins as ``builtin:NAME``."""
+    env_used: dict[str, Optional[str]]
+    """Every environment variable expansion read, with its value (None: unset)."""
+    settings: list[SettingRow]
+    backend: str
+    """The backend the plan is for, ``auto`` resolved for ``host``."""
+    backend_reason: str
+    policy: str
+    """The top policy file: an absolute path or ``builtin:default``."""
+    policy_reason: str
+    """How it was found, e.g. ``no sandbox.policy.yaml in /x or its parents``."""
+    lines: dict[str, list[str]] = field(default_factory=dict)
+    """Source lines per file, for rendering diagnostics with a caret."""
+
+    @property
+    def ok(self) -> bool:
+        return self.plan is not None and not has_errors(self.diagnostics)
+
+
+def discover(cwd: str, exists=os.path.isfile) -> tuple[str, str]:
+    """The nearest ``sandbox.policy.yaml`` in ``cwd`` or a parent, else ``builtin:default``."""
+    d = os.path.abspath(cwd)
+    while True:
+        cand = os.path.join(d, POLICY_NAME)
+        if exists(cand):
+            where = "in the current folder" if d == os.path.abspath(cwd) else f"in {d}, a parent of the current folder"
+            return cand, f"found {where}"
+        parent = os.path.dirname(d)
+        if parent == d:
+            return DEFAULT_POLICY, f"no {POLICY_NAME} in {os.path.abspath(cwd)} or its parents; using {DEFAULT_POLICY}"
+        d = parent
+
+
+def _origin(span: Optional[Span], origin: str) -> str:
+    if origin == "command line":
+        return "command line"
+    if span is None or origin == "default":
+        return "default"
+    return f"{span.file}:{span.line}:{span.col}"
+
+
+def _apply_overrides(m: Merged, overrides: Mapping, diags: list[Diagnostic]) -> None:
+    from .validate import BACKEND_CHOICES
+
+    for key in ("backend", "network"):
+        if key not in overrides or overrides[key] is None:
+            continue
+        v = overrides[key]
+        if key == "backend" and v not in BACKEND_CHOICES:
+            from .diagnostics import suggest
+
+            diags.append(diag("SBX013", COMMAND_LINE, key="--backend", value=str(v), suggest=suggest(str(v), BACKEND_CHOICES)))
+            continue
+        if key == "network" and not isinstance(v, bool):
+            diags.append(diag("SBX011", COMMAND_LINE, key="--network", expected="true or false", got=repr(v)))
+            continue
+        prev = m.settings.get(key)
+        s = Setting(key, v, COMMAND_LINE, "command line")
+        if prev is not None:
+            s.beat = [(prev.value, prev.span, prev.origin)] + prev.beat
+        m.settings[key] = s
+
+
+_DEFAULTS = {
+    "project": "the policy file's folder",
+    "backend": "auto",
+    "home": "read-only",
+    "network": True,
+    "cache.tools": "all",
+    "cache.root": "/var/tmp/sbxc-{uid}",
+    "cache.required": False,
+    "env.pass": "[]",
+    "landlock.min_abi": 1,
+    "landlock.best_effort": False,
+    "syscalls.deny": "the builtin list",
+    "syscalls.allow_unix_sockets": False,
+    "filesystem": "[]",
+    "locked": "[]",
+}
+
+
+def _settings_rows(m: Merged, plan: Optional[Plan]) -> list[SettingRow]:
+    rows = []
+    keys = list(_DEFAULTS) + sorted(k for k in m.settings if k not in _DEFAULTS)
+    for key in keys:
+        s = m.settings.get(key)
+        if s is None:
+            value = describe_value(_DEFAULTS.get(key))
+            rows.append(SettingRow(key, value, "default"))
+            continue
+        if isinstance(s.value, list) and key != "network":
+            files = sorted({x.span.file for x in s.value if getattr(x, "span", None)})
+            origin = ", ".join(files) if files else _origin(s.span, s.origin)
+            rows.append(SettingRow(key, f"{len(s.value)} entr{'y' if len(s.value) == 1 else 'ies'}"
+                                   if key == "filesystem" else describe_value(s.value), origin))
+            continue
+        beat = tuple((describe_value(v), _origin(sp, o)) for v, sp, o in s.beat)
+        if not beat and key in _DEFAULTS:
+            beat = ((describe_value(_DEFAULTS[key]), "default"),)
+        rows.append(SettingRow(key, describe_value(s.value), _origin(s.span, s.origin), beat))
+    for name in sorted(m.env_set):
+        s = m.env_set[name]
+        beat = tuple((describe_value(v), _origin(sp, o)) for v, sp, o in s.beat)
+        rows.append(SettingRow(f"env.set.{name}", s.value, _origin(s.span, s.origin), beat))
+    if plan is not None:
+        rows.append(SettingRow("project (resolved)", plan.project, "derived"))
+        rows.append(SettingRow("cache folder", plan.cache.dir if plan.cache.enabled else "off", "derived"))
+    return rows
+
+
+def compile_policy(policy_path: Optional[str], *, cwd: str, environ: Mapping[str, str], host: HostFacts,
+                   overrides: Optional[dict] = None, paths: Optional[HostPaths] = None) -> CompileResult:
+    """Compile the policy at ``policy_path`` (None: discover it from ``cwd``).
+
+    ``overrides`` holds command-line flags (``backend``: str, ``network``: bool); they win
+    over every file. ``paths`` answers filesystem questions (tests pass a fake).
+    """
+    from ..backends import choose_backend
+
+    overrides = overrides or {}
+    paths = paths or HostPaths()
+    diags: list[Diagnostic] = []
+    cwd = os.path.abspath(cwd)
+    if policy_path is None:
+        root, why = discover(cwd, lambda p: paths.kind(p) == "file")
+    elif policy_path.startswith("builtin:"):
+        root, why = policy_path, "named on the command line"
+    else:
+        root, why = os.path.normpath(os.path.join(cwd, policy_path)), "named on the command line"
+    root_dir = cwd if root.startswith("builtin:") else os.path.dirname(root)
+
+    m = load_chain(root, diags)
+    _apply_overrides(m, overrides, diags)
+    ctx = Context(environ=environ, uid=host.uid, home_fallback=host.home, cwd=cwd, paths=paths)
+    plan = None
+    if not has_errors(diags):
+        plan = normalize(m, ctx, root_dir)
+        diags.extend(ctx.diags)
+    requested = m.settings["backend"].value if "backend" in m.settings else "auto"
+    backend, reason = choose_backend(requested, host)
+    if has_errors(diags):
+        plan = None
+    diags.sort(key=sort_key)
+    return CompileResult(
+        plan=plan,
+        diagnostics=diags,
+        sources=[(s.path, s.sha256) for s in m.sources],
+        env_used=dict(sorted(ctx.env_used.items())),
+        settings=_settings_rows(m, plan),
+        backend=backend,
+        backend_reason=reason,
+        policy=root,
+        policy_reason=why,
+        lines={s.path: s.lines for s in m.sources},
+    )
