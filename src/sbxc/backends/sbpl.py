@@ -260,7 +260,7 @@ def lower(plan: Plan, host) -> Lowered:
     # Which policy rules can be written, and how.
     exprs: dict[int, str] = {}
     for i, rule in enumerate(plan.fs):
-        if rule.origin == "cache":
+        if rule.origin == "cache" and rule.access == WRITE and rule.path == plan.cache.dir:
             # The runtime may swap in a fresh throwaway folder when the cache folder fails
             # its checks (SPEC §6); a parameter lets the same profile grant whichever folder
             # it chose. The folder is either this very path or new and empty, so keeping

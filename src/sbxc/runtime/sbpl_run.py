@@ -1,0 +1,160 @@
+"""Runner for the sandbox-exec backend (macOS): ``sandbox-exec -f PROFILE -D ... -- CMD``.
+
+Implements the runner protocol of ``sbxc.runtime.launch`` (``prepare`` returns a
+``LaunchSpec``; nothing is started here). Hot path: imports ``os`` and the refusal type only.
+
+Fail-closed points:
+- the plan carries ``refuse`` reasons (a rule the profile could not express): 125;
+- ``/usr/bin/sandbox-exec`` missing, or the profile cannot be written: 125;
+- sandbox-exec's own failure (profile rejected, sandbox not applied) is told apart from
+  the command's status by its ``sandbox-exec:`` message and reported as 125.
+"""
+from __future__ import annotations
+
+import os
+
+from .errors import Refusal, one_line
+
+SANDBOX_EXEC = "/usr/bin/sandbox-exec"
+_PREFIX = b"sandbox-exec: "
+
+
+def _private_dir(prefix: str) -> str:
+    """A fresh 0700 folder, by its real path: Seatbelt matches real paths, and on macOS
+    the temporary folders live behind the /var -> /private/var link."""
+    base = os.environ.get("TMPDIR") or "/tmp"
+    for _ in range(100):
+        name = os.path.join(base, prefix + os.urandom(8).hex())
+        try:
+            os.mkdir(name, 0o700)
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise Refusal(f"cannot make a private folder in {one_line(base, 200)} ({e.strerror})",
+                          "check that TMPDIR is writable") from None
+        return os.path.realpath(name)
+    raise Refusal("cannot make a private folder (names keep colliding)", "check TMPDIR")
+
+
+def _remove_tree(path: str) -> None:
+    """Delete ``path`` without following symlinks the command may have planted in it."""
+    if not path:
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        _empty(fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)
+
+
+def _empty(dir_fd: int) -> None:
+    for name in os.listdir(dir_fd):
+        try:
+            os.unlink(name, dir_fd=dir_fd)
+            continue
+        except IsADirectoryError:
+            pass
+        except PermissionError:
+            # macOS reports EPERM for unlink() of a folder.
+            if not _is_dir(name, dir_fd):
+                raise
+        sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+        try:
+            _empty(sub)
+        finally:
+            os.close(sub)
+        os.rmdir(name, dir_fd=dir_fd)
+
+
+def _is_dir(name: str, dir_fd: int) -> bool:
+    import stat
+
+    return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+
+
+def param_args(params, cache_dir, run_tmp: str) -> list[str]:
+    """``-D NAME=VALUE`` for every parameter the profile references."""
+    out = []
+    for p in params:
+        name = p["name"]
+        if "value" in p:
+            value = p["value"]
+        elif p.get("source") == "cache":
+            value = cache_dir or p.get("default", "")
+        elif p.get("source") == "run-tmp":
+            value = run_tmp
+        else:
+            raise Refusal(f"the plan's profile needs an unknown parameter {one_line(name, 60)!r}",
+                          "recompile the plan with this sbxc")
+        # An empty value would make (subpath "") match nothing on some versions and
+        # everything on none we know of; refuse rather than guess.
+        if not value or not value.startswith("/") or "\x00" in value:
+            raise Refusal(f"parameter {name} has no usable path", "recompile the plan")
+        out += ["-D", f"{name}={value}"]
+    return out
+
+
+def prepare(planfile: dict, cmd: list, env: dict, ctx):
+    from .launch import LaunchSpec
+
+    lowered = planfile.get("lowered") or {}
+    refuse = lowered.get("refuse") or []
+    if refuse:
+        raise Refusal(f"the profile cannot express a rule: {one_line(refuse[0], 300)}",
+                      "change that rule (sbxc compile --check --backend sandbox-exec)")
+    profile = lowered.get("profile")
+    if not isinstance(profile, str) or not profile.startswith("(version 1)\n(deny default)\n"):
+        raise Refusal("the plan holds no sandbox-exec profile", "recompile it with --backend sandbox-exec")
+    if not os.access(SANDBOX_EXEC, os.X_OK):
+        raise Refusal(f"{SANDBOX_EXEC} is missing", "sandbox-exec ships with macOS; check this system")
+
+    cleanups = []
+    try:
+        # The profile goes in a private folder of its own: sandbox-exec reads it before the
+        # sandbox applies, so no other user may swap it in between.
+        prof_dir = _private_dir("sbxc-profile-")
+        cleanups.append(lambda: _remove_tree(prof_dir))
+        prof_path = os.path.join(prof_dir, "profile.sb")
+        fd = os.open(prof_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            data = profile.encode("utf-8")
+            while data:
+                data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)
+
+        params = lowered.get("params") or []
+        run_tmp = ""
+        if any(p.get("source") == "run-tmp" for p in params):
+            run_tmp = _private_dir("sbxc-run-")
+            cleanups.append(lambda: _remove_tree(run_tmp))
+            env = dict(env)
+            env["TMPDIR"] = run_tmp + "/"
+        cache = getattr(ctx, "cache", None)
+        cache_dir = os.path.realpath(cache.dir) if cache is not None and cache.dir else ""
+
+        argv = [SANDBOX_EXEC, "-f", prof_path] + param_args(params, cache_dir, run_tmp) + ["--"] + list(cmd)
+    except BaseException:
+        for fn in reversed(cleanups):
+            try:
+                fn()
+            except OSError:
+                pass
+        raise
+
+    def command_status(status: int, first_stderr: bytes) -> int:
+        if status == 0 or not first_stderr.startswith(_PREFIX):
+            return status
+        msg = first_stderr[len(_PREFIX):].split(b"\n", 1)[0].decode("utf-8", "replace")
+        if "execvp()" in msg:
+            return 127 if "No such file" in msg else 126
+        import sys
+
+        sys.stderr.write(Refusal(f"sandbox-exec refused the profile or could not apply it ({one_line(msg, 200)})",
+                                 "report this with the plan file; sbxc did not run the command").line() + "\n")
+        return 125
+
+    spec = LaunchSpec(argv, env, child_setup=os.setsid, exec_is_command=False,
+                      command_status=command_status, cleanups=cleanups)
+    return spec
