@@ -1,0 +1,143 @@
+"""``sbxc compile [POLICY] [--check] [--backend B] [--strict] [--format json] [-o PLAN]``.
+
+Exit 0 clean (warnings allowed), 1 errors (including a rule the selected backend cannot
+enforce, and ``partial`` under ``--strict``), 2 usage.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..compiler.diagnostics import Diagnostic, diag, dumps_json, has_errors, render_json, render_text
+from ..compiler.report import NOT_ENFORCEABLE, PARTIAL, lower_all, render_report_text, report_json
+
+
+class _Usage(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _Usage(message)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="sbxc compile", description="Check a policy and compile it to a plan.")
+    p.add_argument("policy", nargs="?", help="policy file (default: sandbox.policy.yaml here or in a parent)")
+    p.add_argument("--check", action="store_true", help="print diagnostics and the enforcement report")
+    p.add_argument("--backend", choices=("auto", "bwrap", "landlock", "sandbox-exec"))
+    p.add_argument("--network", nargs="?", const="true", choices=("true", "false"))
+    p.add_argument("--strict", action="store_true", help="treat partial enforcement as an error")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("-o", "--output", metavar="PLAN", help="write the plan file here (- for stdout)")
+    return p
+
+
+def main(argv) -> int:
+    from ..runtime.probe import probe_host
+
+    return run(argv, cwd=os.getcwd(), environ=os.environ, host=None, paths=None, probe=probe_host)
+
+
+def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr=None) -> int:
+    from ..backends import BACKENDS
+    from ..compiler.api import compile_policy
+
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    try:
+        args = parser().parse_args(argv)
+    except _Usage as e:
+        stderr.write(f"sbxc compile: {e}\n")
+        return 2
+    except SystemExit as e:  # --help
+        return 0 if e.code in (0, None) else 2
+    if host is None:
+        host = probe(environ)
+    overrides = {}
+    if args.backend:
+        overrides["backend"] = args.backend
+    if args.network is not None:
+        overrides["network"] = args.network == "true"
+    result = compile_policy(args.policy, cwd=cwd, environ=environ, host=host, overrides=overrides, paths=paths)
+    diags: list[Diagnostic] = list(result.diagnostics)
+    reports = []
+    selected = result.backend
+    if result.plan is not None:
+        names = BACKENDS if args.check else (selected,)
+        reports = lower_all(result.plan, host, names)
+        for r in reports:
+            if r.backend != selected:
+                continue
+            if r.unavailable:
+                diags.append(diag("SBX052", None, backend=r.backend, why=r.unavailable))
+            for v in r.verdicts:
+                if v.status == NOT_ENFORCEABLE:
+                    diags.append(diag("SBX050", v.span, backend=r.backend, subject=v.subject, why=v.why))
+                elif v.status == PARTIAL and args.strict:
+                    diags.append(diag("SBX051", v.span, backend=r.backend, subject=v.subject, why=v.why))
+    failed = has_errors(diags)
+    code = 1 if failed else 0
+
+    if args.output and not failed:
+        from ..backends import lower
+        from ..planfile import build, dumps
+
+        lowered = lower(selected, result.plan, host)
+        data = dumps(build(result.plan, host, selected, lowered.data, lowered.verdicts))
+        try:
+            if args.output == "-":
+                stdout.flush()
+                getattr(stdout, "buffer", None).write(data) if hasattr(stdout, "buffer") else stdout.write(data.decode())
+            else:
+                _write_atomic(os.path.join(cwd, args.output), data)
+        except OSError as e:
+            stderr.write(f"sbxc compile: cannot write {args.output}: {e.strerror or e}\n")
+            return 1
+
+    if args.format == "json":
+        out = {
+            "policy": result.policy,
+            "policy_reason": result.policy_reason,
+            "backend": selected,
+            "backend_reason": result.backend_reason,
+            "diagnostics": render_json(diags),
+            "report": report_json(reports, selected),
+            "skipped": [{"path": s.path, "access": s.access, "reason": s.reason,
+                         "span": f"{s.span.file}:{s.span.line}:{s.span.col}"}
+                        for s in (result.plan.skipped if result.plan else ())],
+            "exit": code,
+        }
+        if args.output != "-":
+            stdout.write(dumps_json(out))
+        else:
+            stderr.write(dumps_json(out))
+        return code
+
+    text = render_text(diags, result.lines, cwd)
+    err = stderr if (args.output == "-" or not args.check) else stdout
+    if text:
+        err.write(text)
+    if args.check:
+        stdout.write(f"policy: {_display(result.policy, cwd)} ({result.policy_reason})\n")
+        stdout.write(f"backend: {selected} ({result.backend_reason})\n")
+        if reports:
+            stdout.write(render_report_text(reports, selected, cwd))
+        n_err = sum(1 for d in diags if d.severity == "error")
+        n_warn = sum(1 for d in diags if d.severity == "warning")
+        stdout.write(f"{n_err} error{'s' if n_err != 1 else ''}, {n_warn} warning{'s' if n_warn != 1 else ''}\n")
+    return code
+
+
+def _display(path: str, cwd: str) -> str:
+    from ..compiler.diagnostics import display_path
+
+    return display_path(path, cwd)
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)

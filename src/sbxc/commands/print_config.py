@@ -1,0 +1,105 @@
+"""``sbxc print-config [--policy P] [--backend B] [--network[=true|false]] [--format json]``.
+
+Every resolved setting, where it came from (default, FILE:LINE:COL, command line), what
+it replaced, and for the network the effect it can really have on this host.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..compiler.diagnostics import display_path, dumps_json, render_text
+
+
+class _Usage(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _Usage(message)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="sbxc print-config", description="Show every resolved setting and where it came from.")
+    p.add_argument("--policy", metavar="P")
+    p.add_argument("--backend", choices=("auto", "bwrap", "landlock", "sandbox-exec"))
+    p.add_argument("--network", nargs="?", const="true", choices=("true", "false"))
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    return p
+
+
+def main(argv) -> int:
+    from ..runtime.probe import probe_host
+
+    return run(argv, cwd=os.getcwd(), environ=os.environ, host=None, probe=probe_host)
+
+
+def _origin(o: str, cwd: str) -> str:
+    if ":" in o and o.startswith("/"):
+        path, _, rest = o.partition(":")
+        return f"{display_path(path, cwd)}:{rest}"
+    if ", " in o:
+        return ", ".join(display_path(x, cwd) for x in o.split(", "))
+    return o
+
+
+def rows_for(result, host, cwd: str) -> list[dict]:
+    from ..compiler.report import network_effect
+
+    rows = [{"key": "policy", "value": display_path(result.policy, cwd), "origin": result.policy_reason,
+             "beat": [], "effect": ""}]
+    for r in result.settings:
+        effect = ""
+        value = r.value
+        if r.key == "network" and result.plan is not None:
+            effect = network_effect(result.plan.network.mode, result.backend, host)
+        if r.key == "backend" and value == "auto":
+            value = f"auto -> {result.backend}"
+        rows.append({"key": r.key, "value": value, "origin": _origin(r.origin, cwd),
+                     "beat": [{"value": v, "origin": _origin(o, cwd)} for v, o in r.beat], "effect": effect})
+        if r.key == "backend":
+            rows.append({"key": "backend (resolved)", "value": result.backend, "origin": result.backend_reason,
+                         "beat": [], "effect": ""})
+    return rows
+
+
+def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr=None) -> int:
+    from ..compiler.api import compile_policy
+
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    try:
+        args = parser().parse_args(argv)
+    except _Usage as e:
+        stderr.write(f"sbxc print-config: {e}\n")
+        return 2
+    except SystemExit as e:
+        return 0 if e.code in (0, None) else 2
+    if host is None:
+        host = probe(environ)
+    overrides = {}
+    if args.backend:
+        overrides["backend"] = args.backend
+    if args.network is not None:
+        overrides["network"] = args.network == "true"
+    result = compile_policy(args.policy, cwd=cwd, environ=environ, host=host, overrides=overrides, paths=paths)
+    rows = rows_for(result, host, cwd)
+    if result.diagnostics:
+        stderr.write(render_text(result.diagnostics, result.lines, cwd))
+    if args.format == "json":
+        stdout.write(dumps_json({"settings": rows, "errors": sum(d.severity == "error" for d in result.diagnostics)}))
+        return 0
+    width = max(len(r["key"]) for r in rows)
+    vwidth = min(40, max(len(r["value"]) for r in rows))
+    for r in rows:
+        line = f"{r['key']:<{width}}  {r['value']:<{vwidth}}  from {r['origin']}"
+        if r["beat"]:
+            line += "; beat " + ", ".join(f"{b['value']} ({b['origin']})" for b in r["beat"])
+        if r["effect"]:
+            line += "  " + r["effect"]
+        stdout.write(line.rstrip() + "\n")
+    if result.plan is None:
+        stdout.write("(the policy has errors: a run would refuse)\n")
+    return 0
