@@ -1,0 +1,204 @@
+"""``sbxc doctor`` and ``sbxc cache path|clear``."""
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from sbxc import cache
+from sbxc.commands import doctor
+from sbxc.hostfacts import HostFacts
+from sbxc.runtime import cachedir, probe
+
+UID = os.getuid()
+SBXC = [sys.executable, "-m", "sbxc"]
+
+
+def sbxc(*args, cwd=None):
+    return subprocess.run(SBXC + list(args), capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def du_k(path):
+    return int(subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True, check=True).stdout.split()[0])
+
+
+def make_cache(root, project):
+    d = cache.project_dir(str(root), str(project))
+    c = {"enabled": True, "root": str(root), "dir": d, "env": cache.cache_env(cache.DEFAULT_TOOLS, d)}
+    setup = cachedir.prepare(c, project=str(project))
+    assert setup.warning is None
+    return d
+
+
+@pytest.fixture
+def base(tmp_path):
+    os.chmod(tmp_path, 0o700)
+    return tmp_path
+
+
+# --- host capabilities --------------------------------------------------------------------
+
+@pytest.mark.parametrize("facts,works", [
+    (dict(bwrap="", userns=False, landlock_abi=0), False),
+    (dict(bwrap="/usr/bin/bwrap", userns=False, landlock_abi=0), False),
+    (dict(bwrap="/usr/bin/bwrap", userns=True, landlock_abi=0), True),
+    (dict(bwrap="", userns=False, landlock_abi=3), True),
+])
+def test_host_lines_say_what_works_and_why(facts, works):
+    lines, ok = doctor.host_lines(HostFacts(**facts), "the reason")
+    assert ok is works
+    text = "\n".join(lines)
+    for word in ("bwrap:", "user namespaces:", "landlock:", "seccomp:"):
+        assert word in text
+    assert "(the reason)" in text
+    if not facts["bwrap"]:
+        assert "not found" in text
+    if not facts["landlock_abi"]:
+        assert "landlock: no (" in text
+
+
+def test_doctor_exits_1_when_no_linux_backend_works(monkeypatch, capsys, base):
+    monkeypatch.setattr(probe, "probe_host", lambda environ, full=True: HostFacts(uid=UID, bwrap="", landlock_abi=0))
+    monkeypatch.setattr(probe, "userns_works", lambda bwrap: (False, "bwrap is not installed"))
+    assert doctor.main(["--root", str(base / "none")]) == 1
+    out = capsys.readouterr().out
+    assert "backend auto: none works here" in out
+
+
+def test_doctor_on_this_host():
+    host = probe.probe_host(os.environ, full=True)
+    r = sbxc("doctor")
+    works = (bool(host.bwrap) and host.userns) or host.landlock_abi > 0
+    assert r.returncode == (0 if works else 1), r.stderr
+    for word in ("bwrap:", "user namespaces:", "landlock:", "seccomp:", "backend auto:"):
+        assert word in r.stdout
+    if host.bwrap:
+        assert host.bwrap_version and host.bwrap_version in r.stdout
+    if host.landlock_abi:
+        assert f"landlock: ABI {host.landlock_abi}" in r.stdout
+
+
+# --- caches in doctor ---------------------------------------------------------------------
+
+def test_doctor_size_agrees_with_du_and_its_clear_command_empties(base):
+    root = base / "root"
+    project = base / "proj"
+    project.mkdir()
+    d = make_cache(root, project)
+    with open(os.path.join(d, "pip", "wheel.whl"), "wb") as f:
+        f.write(os.urandom(200_000))
+    os.makedirs(os.path.join(d, "go", "mod", "x@v1"))
+    with open(os.path.join(d, "go", "mod", "x@v1", "a.go"), "w") as f:
+        f.write("package x\n" * 500)
+    os.chmod(os.path.join(d, "go", "mod", "x@v1"), 0o555)
+    r = sbxc("doctor", "--root", str(root))
+    assert r.returncode in (0, 1), r.stderr
+    lines = r.stdout.splitlines()
+    i = lines.index(f"  {os.path.basename(d)}")
+    block = {ln.split(":", 1)[0].strip(): ln.split(":", 1)[1].strip() for ln in lines[i + 1:i + 5]}
+    assert block["project"] == str(project)
+    assert int(block["size"].split()[0]) == du_k(d) >= 200
+    assert block["last used"].endswith("UTC")
+    cmd = shlex.split(block["clear"])
+    assert cmd[:3] == ["sbxc", "cache", "clear"] and "--project" in cmd
+    r2 = subprocess.run(SBXC + cmd[1:], capture_output=True, text=True, timeout=60)
+    assert r2.returncode == 0, r2.stderr
+    assert os.listdir(d) == []
+    assert du_k(d) <= 4  # the empty folder itself
+    r3 = sbxc("doctor", "--root", str(root))
+    assert f"size:      {du_k(d)} KiB" in r3.stdout
+
+
+def test_doctor_lists_a_folder_without_marker_by_id(base):
+    root = base / "root"
+    d = make_cache(root, "/somewhere/gone")
+    os.unlink(d + cache.MARKER_SUFFIX)
+    r = sbxc("doctor", "--root", str(root))
+    assert "project:   unknown (no marker)" in r.stdout
+    clear = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("clear:")][0]
+    assert f"--id {os.path.basename(d)}" in clear
+    open(os.path.join(d, "f"), "w").close()
+    r2 = subprocess.run(SBXC + shlex.split(clear.split(":", 1)[1])[1:], capture_output=True, text=True)
+    assert r2.returncode == 0 and os.listdir(d) == []
+
+
+def test_doctor_reports_an_unsafe_root(base):
+    target = base / "t"
+    target.mkdir()
+    (base / "root").symlink_to(target)
+    r = sbxc("doctor", "--root", str(base / "root"))
+    assert "unsafe: cache root" in r.stdout and "is a symlink" in r.stdout
+
+
+# --- cache path / clear -------------------------------------------------------------------
+
+def test_cache_path_is_the_planned_folder(base):
+    project = base / "proj"
+    project.mkdir()
+    (base / "link").symlink_to(project)
+    r = sbxc("cache", "path", "--project", str(base / "link"), "--root", str(base / "root"))
+    assert r.returncode == 0
+    assert r.stdout.strip() == cache.project_dir(str(base / "root"), str(project))
+    assert not os.path.exists(base / "root")  # asking creates nothing
+
+
+def test_cache_path_defaults_to_the_default_root(base):
+    project = base / "proj"
+    project.mkdir()
+    r = sbxc("cache", "path", cwd=project)
+    assert r.returncode == 0
+    assert r.stdout.strip() == cache.project_dir(cache.default_root(UID), str(project))
+
+
+def test_clear_never_follows_links_out(base):
+    victim = base / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("x")
+    project = base / "proj"
+    project.mkdir()
+    d = make_cache(base / "root", project)
+    os.symlink(victim, os.path.join(d, "xdg", "link"))
+    os.symlink(victim / "keep", os.path.join(d, "flink"))
+    r = sbxc("cache", "clear", "--project", str(project), "--root", str(base / "root"))
+    assert r.returncode == 0, r.stderr
+    assert os.listdir(d) == [] and (victim / "keep").read_text() == "x"
+
+
+def test_clear_refuses_a_symlinked_root_or_project(base):
+    victim = base / "victim"
+    victim.mkdir()
+    project = base / "proj"
+    project.mkdir()
+    pid = cache.project_id(str(project))
+    (victim / pid).mkdir()
+    (victim / pid / "keep").write_text("x")
+    (base / "root").symlink_to(victim)
+    r = sbxc("cache", "clear", "--project", str(project), "--root", str(base / "root"))
+    assert r.returncode == 1 and "symlink" in r.stderr
+    assert (victim / pid / "keep").exists()
+    os.unlink(base / "root")
+    (base / "root").mkdir(mode=0o700)
+    (base / "root" / pid).symlink_to(victim / pid)
+    r = sbxc("cache", "clear", "--project", str(project), "--root", str(base / "root"))
+    assert r.returncode == 1 and "symlink" in r.stderr
+    assert (victim / pid / "keep").exists()
+
+
+def test_clear_all_and_nothing_to_clear(base):
+    root = base / "root"
+    for name in ("a", "b"):
+        (base / name).mkdir()
+        d = make_cache(root, base / name)
+        open(os.path.join(d, "f"), "w").close()
+    r = sbxc("cache", "clear", "--all", "--root", str(root))
+    assert r.returncode == 0, r.stderr
+    assert os.listdir(root) == []
+    r = sbxc("cache", "clear", "--all", "--root", str(base / "missing"))
+    assert r.returncode == 0 and "nothing to clear" in r.stdout
+
+
+@pytest.mark.parametrize("args", [["--id", "../x"], ["--id", ".."], ["--all", "--id", "x"], ["bogus"]])
+def test_clear_usage_errors(base, args):
+    r = sbxc("cache", "clear", "--root", str(base / "root"), *args)
+    assert r.returncode == 2
