@@ -332,6 +332,13 @@ def lower(plan: Plan, host) -> Lowered:
                 "; deleted after the run; TMPDIR points at it).",
                 _rule("allow", OPS_READ + OPS_WRITE, [f'(subpath (param {sbpl_string(name)}))'])]
 
+    no_dns = plan.network.mode != NET_ON
+    if no_dns:
+        # mDNSResponder resolves names over the network on the command's behalf: with the
+        # network off (or limited to ports) a `read /` must not make its socket a way out.
+        out += ["", "; Name resolution goes to the network through mDNSResponder: not with the network off.",
+                _rule("deny", ("network-outbound",), [f"(literal {sbpl_string(MDNS_SOCKET)})"])]
+
     dev = []
     for path, subtree, writable in DEVICES:
         if decide(plan, path).access in (MASK, TMPFS):
@@ -360,6 +367,8 @@ def lower(plan: Plan, host) -> Lowered:
             "devices": [[p, s, w] for p, s, w in DEVICES if decide(plan, p).access not in (MASK, TMPFS)],
             "metadata": anc,
         },
+        # Unix sockets whose connect is denied although the policy's rules allow it.
+        "deny_connect": [MDNS_SOCKET] if no_dns else [],
         # Folders whose rename/delete is denied although the policy makes them writable.
         "protect": sorted(protect),
     }
@@ -423,7 +432,10 @@ def _network(plan: Plan, verdicts: list) -> list[str]:
             _rule("allow", ("mach-lookup",), [f"(global-name {sbpl_string(n)})" for n in MACH_NET]),
         ]
     if net.mode == NET_OFF:
-        verdicts.append(verdict(BACKEND, "network: false", ENFORCED, net.span))
+        # The mDNSResponder socket is denied after the filesystem rules (see lower).
+        verdicts.append(verdict(BACKEND, "network: false", ENFORCED, net.span,
+                                "name lookups through mDNSResponder's socket are denied too, "
+                                "whatever the filesystem rules allow"))
         return ["; Off: (deny default) refuses every IP socket operation; Unix-socket connects",
                 "; follow the filesystem rules below."]
     lines = []

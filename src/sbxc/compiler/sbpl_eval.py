@@ -307,3 +307,76 @@ def load(text: str, params: Optional[Mapping[str, str]] = None) -> Profile:
     if default is None:
         raise ProfileError("no (deny default)")
     return Profile(default, rules)
+
+
+# ---------------------------------------------------------------------------------------
+# Comparing a lowered profile with the decision model (sbxc.compiler.decide).
+
+# Each operation of the decision model as the Seatbelt requests it causes; the operation
+# is allowed only when every one of them is (exec needs both the exec check and dyld's
+# executable mapping).
+DECIDE_OPS = {
+    "read": ("file-read-data",),
+    "list": ("file-read-data",),  # readdir is a data read of the folder
+    "exec": ("process-exec", "file-map-executable"),
+    "write": ("file-write-data",),
+    "create": ("file-write-create",),
+    "delete": ("file-write-unlink",),
+    "connect": ("network-outbound",),  # to a Unix socket at the path
+}
+
+
+def profile_allows(profile: Profile, path: str, op: str) -> bool:
+    return all(profile.allows(o, path) for o in DECIDE_OPS[op])
+
+
+def runtime_params(data: dict, run_tmp: str = "/private/var/folders/zz/sbxc-run-test") -> dict:
+    """Parameter values as the runner would pass them when nothing is relocated."""
+    out = {}
+    for p in data.get("params", ()):
+        if "value" in p:
+            out[p["name"]] = p["value"]
+        elif p.get("source") == "run-tmp":
+            out[p["name"]] = run_tmp
+        else:
+            out[p["name"]] = p["default"]
+    return out
+
+
+def _under(path: str, base: str) -> bool:
+    return path == base or path.startswith(base.rstrip("/") + "/")
+
+
+def disagreement(plan, data: dict, verdicts, profile: Profile, path: str, op: str) -> str:
+    """Why the profile's answer for (path, op) differs from ``decide`` without being
+    declared; empty when they agree or the difference is declared.
+
+    Declared towards more access: the start-up baseline the backend reports (system
+    libraries, device nodes). Declared towards less: a rule whose verdict is ``narrowed``
+    or ``partial`` (tmpfs on Seatbelt; rename/delete of folders above a denying rule).
+    """
+    from .decide import decide
+
+    d = decide(plan, path)
+    want = d.allows(op)
+    got = profile_allows(profile, path, op)
+    if want == got:
+        return ""
+    base = data.get("baseline", {})
+    if got and not want:
+        if op in ("read", "list", "exec") and any(_under(path, b) for b in base.get("read", ())):
+            return ""
+        for dev, subtree, writable in base.get("devices", ()):
+            if (path == dev or (subtree and _under(path, dev))) and (
+                    op in ("read", "list") or (writable and op == "write")):
+                return ""
+        return f"profile allows {op} on {path!r}, decide says {d.access}"
+    # The profile gives less: fine only where the report says so.
+    if d.rule is not None and d.access == "tmpfs":
+        if any(v.span == d.rule.span and v.status == "narrowed" for v in verdicts):
+            return ""
+    if op == "delete" and path in data.get("protect", ()):
+        return ""
+    if op == "connect" and path in data.get("deny_connect", ()):
+        return ""
+    return f"profile denies {op} on {path!r}, decide says {d.access} (not declared narrowed)"
