@@ -23,6 +23,9 @@ class HostFacts:
     userns: bool = False
     """Unprivileged user namespaces work (bwrap can run)."""
     seccomp: bool = False
+    listings: tuple = ()
+    """``((folder, ((name, kind), ...)), ...)``: entries of the folders the Landlock lowering
+    splits (a granting rule with a stricter one beneath); empty for other backends."""
 
     def to_dict(self) -> dict:
         return asdict(self)

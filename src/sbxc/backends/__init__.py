@@ -28,6 +28,12 @@ class Lowered:
 
 def lower(backend: str, plan, host) -> Lowered:
     module = __import__(_MODULES[backend], fromlist=["lower"])
+    # A backend may need host facts that depend on the plan (Landlock: the entries of
+    # folders it splits). ``complete_host`` gathers them at compile time, before the pure
+    # ``lower``; facts already present (golden tests) are kept.
+    complete = getattr(module, "complete_host", None)
+    if complete is not None:
+        host = complete(plan, host)
     return module.lower(plan, host)
 
 

@@ -79,6 +79,37 @@ def userns_works(bwrap: str) -> tuple[bool, str]:
     return False, (r.stderr.strip().splitlines() or ["bwrap failed"])[-1]
 
 
+def dir_listings(dirs) -> tuple:
+    """Entries of each folder as ``(name, kind)`` (kind: dir, file, symlink, socket, other),
+    without following symlinks; a folder that cannot be read lists as empty (its entries
+    then get no rights: less access, never more)."""
+    out = []
+    for d in sorted(set(dirs)):
+        entries = []
+        try:
+            with os.scandir(d) as it:
+                for e in it:
+                    try:
+                        if e.is_symlink():
+                            kind = "symlink"
+                        elif e.is_dir(follow_symlinks=False):
+                            kind = "dir"
+                        elif e.is_file(follow_symlinks=False):
+                            kind = "file"
+                        else:
+                            import stat
+
+                            mode = e.stat(follow_symlinks=False).st_mode
+                            kind = "socket" if stat.S_ISSOCK(mode) else "other"
+                    except OSError:
+                        continue
+                    entries.append((e.name, kind))
+        except OSError:
+            pass
+        out.append((d, tuple(sorted(entries))))
+    return tuple(out)
+
+
 def probe_host(environ=None, *, full: bool = True):
     """Gather HostFacts. ``full=False`` skips the subprocesses (bwrap version, namespace test)."""
     from ..hostfacts import HostFacts

@@ -1,0 +1,347 @@
+"""Landlock + seccomp backend: the plan as (path, rights) rules, port rules, scopes and BPF.
+
+Pure: plan + host facts in, ``Lowered`` out. The directory listings this lowering needs
+(see below) are host facts (``HostFacts.listings``), gathered at compile time by
+``sbxc.runtime.probe.dir_listings(landlock.listing_dirs(plan))``; nothing here reads the disk.
+
+How SPEC §2 ("the deepest rule decides") becomes Landlock's "rights add up along the path":
+
+A Landlock rule on a folder grants its rights to everything beneath it, and rules only
+ever add. So a folder P whose rule grants rights r, but which holds a stricter rule D
+somewhere beneath, cannot be given r itself. It gets only the rights every stricter rule
+beneath it tolerates (``_tolerated``: a masked folder tolerates nothing, a read-only file
+tolerates listing its parent ...), and the rest of r goes to P's entries one level down,
+except the ones on the way to D, which are split the same way, recursively. The report
+says what that costs: names created in P later get only P's reduced rights, and P itself
+may lose its listing.
+"""
+from __future__ import annotations
+
+from ..compiler.decide import decide
+from ..compiler.plan import (
+    KIND_DIR, KIND_MISSING, MASK, NET_OFF, NET_ON, NET_RULES, NONE, READ, TMPFS, WRITE,
+    BUILTIN_SPAN, Plan, PathRule, is_within,
+)
+from ..compiler.report import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, Verdict, verdict
+from ..runtime import landlock_sys as ll
+from . import Lowered
+
+BACKEND = "landlock"
+
+# Rights meaningful on a non-directory (the kernel refuses the others on a file's rule).
+FILE_RIGHTS = ll.FS_EXECUTE | ll.FS_WRITE_FILE | ll.FS_READ_FILE | ll.FS_TRUNCATE | ll.FS_IOCTL_DEV
+READ_RIGHTS = ll.FS_EXECUTE | ll.FS_READ_FILE | ll.FS_READ_DIR
+ALL_FS = ll.ABI_RIGHTS[ll.ABI_MAX][0]
+WRITE_RIGHTS = ALL_FS
+# Rights checked on a file's parent folder that cannot touch an existing file: listing
+# the folder, making new entries (a new entry cannot take an existing name without
+# REMOVE_FILE), removing folders.
+_PARENT_SAFE_FOR_FILE = (
+    ll.FS_READ_DIR | ll.FS_REMOVE_DIR | ll.FS_MAKE_CHAR | ll.FS_MAKE_DIR | ll.FS_MAKE_REG
+    | ll.FS_MAKE_SOCK | ll.FS_MAKE_FIFO | ll.FS_MAKE_BLOCK | ll.FS_MAKE_SYM
+)
+
+_RIGHTS = {MASK: 0, TMPFS: 0, NONE: 0, READ: READ_RIGHTS, WRITE: WRITE_RIGHTS}
+
+# Device files programs expect to use (bwrap's --dev gives the same set). Granted on top
+# of the policy only where the policy shows the path at all (not masked, not absent).
+DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx")
+DEVICE_DIRS = ("/dev/pts",)
+_DEVICE_RIGHTS = ll.FS_READ_FILE | ll.FS_WRITE_FILE | ll.FS_IOCTL_DEV | ll.FS_TRUNCATE
+
+# The ABI each property needs (see runtime/landlock_sys.py for the table).
+ABI_TRUNCATE = 3  # read-only files cannot be truncated
+ABI_NET = 4  # TCP port rules
+ABI_IOCTL = 5  # ioctl on device files follows the rules
+ABI_SCOPES = 6  # signals and abstract Unix sockets stay inside the sandbox
+
+
+def _is_file_kind(kind: str) -> bool:
+    return kind not in (KIND_DIR, KIND_MISSING)
+
+
+def _tolerated(rule: PathRule) -> int:
+    """Rights an ancestor may grant without giving more than ``rule`` allows beneath it."""
+    own = _RIGHTS[rule.access]
+    if _is_file_kind(rule.kind):
+        return own | _PARENT_SAFE_FOR_FILE
+    return own
+
+
+def _dropped_missing_masks(plan: Plan) -> set[str]:
+    """Masks of paths missing at compile time that need no rule at all.
+
+    Where the deciding rule of the parent grants no creation rights (read, mask, none),
+    the command cannot create the path, so there is nothing to hide; the runtime re-checks
+    that it is still missing and refuses the run otherwise.
+    """
+    out = set()
+    for r in plan.fs:
+        if r.access == MASK and r.kind == KIND_MISSING:
+            parent = r.path.rsplit("/", 1)[0] or "/"
+            if decide(plan, parent).access in (READ, MASK, NONE):
+                out.add(r.path)
+    return out
+
+
+def _effective_rules(plan: Plan) -> list[PathRule]:
+    dropped = _dropped_missing_masks(plan)
+    return [r for r in plan.fs if r.path not in dropped]
+
+
+def _below(rules: list[PathRule], path: str) -> list[PathRule]:
+    return [r for r in rules if r.path != path and is_within(r.path, path)]
+
+
+def listing_dirs(plan: Plan) -> tuple[str, ...]:
+    """Folders whose entries the lowering needs: every granting rule's folder with a
+    stricter rule beneath, and the folders on the way down to those rules."""
+    rules = _effective_rules(plan)
+    need = set()
+    for r in rules:
+        if _RIGHTS[r.access] == 0 or _is_file_kind(r.kind):
+            continue
+        below = _below(rules, r.path)
+        if not below:
+            continue
+        for d in below:
+            if _tolerated(d) & _RIGHTS[r.access] == _RIGHTS[r.access]:
+                continue
+            # every folder from r.path down to d's parent
+            p = d.path.rsplit("/", 1)[0] or "/"
+            while is_within(p, r.path):
+                need.add(p)
+                if p == r.path:
+                    break
+                p = p.rsplit("/", 1)[0] or "/"
+    return tuple(sorted(need))
+
+
+class _Lowering:
+    def __init__(self, plan: Plan, host):
+        self.plan = plan
+        self.host = host
+        self.listings = {d: entries for d, entries in (getattr(host, "listings", ()) or ())}
+        self.rules = _effective_rules(plan)
+        self.rule_paths = {r.path for r in self.rules}
+        self.grants: dict[str, list] = {}  # path -> [rights, kind]
+        self.verdicts: list[Verdict] = []
+        self.unlisted: set[str] = set()
+
+    def grant(self, path: str, rights: int, kind: str) -> None:
+        if _is_file_kind(kind):
+            rights &= FILE_RIGHTS
+        if not rights:
+            return
+        g = self.grants.setdefault(path, [0, "file" if _is_file_kind(kind) else "dir"])
+        g[0] |= rights
+
+    def v(self, subject: str, status: str, span, why: str = "") -> None:
+        self.verdicts.append(verdict(BACKEND, subject, status, span, why))
+
+    def split(self, node: str, rem: int, costs: list) -> None:
+        """Give ``rem`` to everything beneath ``node`` except the deeper rules' subtrees."""
+        entries = self.listings.get(node)
+        if entries is None:
+            self.unlisted.add(node)
+            costs.append(f"{node}: its entries were not listed at compile time, so none of them get these rights")
+            return
+        for name, kind in entries:
+            child = node.rstrip("/") + "/" + name
+            if child in self.rule_paths:
+                continue  # its own rule decides
+            if kind == "symlink":
+                # Landlock checks the target's own path; a rule on the link inode grants
+                # nothing useful. The target is reached through its real path's rules.
+                continue
+            below = _below(self.rules, child)
+            if not below:
+                self.grant(child, rem, kind)
+                continue
+            g = rem
+            for d in below:
+                g &= _tolerated(d)
+            self.grant(child, g, kind)
+            if rem & ~g:
+                lost = ll.fs_names(rem & ~g)
+                costs.append(f"{child} itself lacks {', '.join(lost)}")
+                self.split(child, rem & ~g, costs)
+
+    def lower_rule(self, r: PathRule) -> None:
+        subject = f"{r.access} {r.written or r.path}"
+        rights = _RIGHTS[r.access]
+        if r.access == MASK:
+            self.v(subject, PARTIAL, r.span,
+                   "Landlock cannot hide names: the path's name, type, size and times stay visible to stat(); "
+                   "no read, write or execute is granted"
+                   + (", and new Unix sockets are refused, so a socket under it cannot be reached"
+                      if not self.plan.syscalls.allow_unix_sockets else
+                      "; new Unix sockets are allowed by the policy, so a socket file under it stays reachable"))
+            return
+        if r.access == TMPFS:
+            self.v(subject, NARROWED, r.span,
+                   f"a fresh per-run folder inside {r.path} (TMPDIR points at it), removed after the run; "
+                   f"{r.path} itself and the host's files in it are not accessible")
+            return
+        if _is_file_kind(r.kind):
+            self.grant(r.path, rights, r.kind)
+            self._read_only_partial(r, subject, [])
+            return
+        below = _below(self.rules, r.path)
+        g = rights
+        for d in below:
+            g &= _tolerated(d)
+        self.grant(r.path, g, r.kind)
+        costs: list = []
+        if rights & ~g:
+            lost = ll.fs_names(rights & ~g)
+            costs.append(f"{r.path} itself and names created in it later lack {', '.join(lost)}")
+            self.split(r.path, rights & ~g, costs)
+            costs.append("entries created after compile time anywhere on the way to the stricter rules below get only the reduced rights")
+        self._read_only_partial(r, subject, costs)
+
+    def _read_only_partial(self, r: PathRule, subject: str, costs: list) -> None:
+        if costs:
+            why = "stricter rules beneath it: " + "; ".join(costs)
+            if r.access == READ:
+                why += "; chmod, chown, extended attributes and times of files the caller owns can still change (no Landlock ABI covers metadata)"
+                self.v(subject, PARTIAL, r.span, why)
+            else:
+                self.v(subject, NARROWED, r.span, why)
+        elif r.access == READ:
+            self.v(subject, PARTIAL, r.span,
+                   "chmod, chown, extended attributes and times of files the caller owns can still change "
+                   "(no Landlock ABI covers metadata)")
+        else:
+            self.v(subject, ENFORCED, r.span)
+
+    def devices(self) -> list[str]:
+        out = []
+        for path in DEVICE_FILES + DEVICE_DIRS:
+            d = decide(self.plan, path)
+            if d.access in (MASK, NONE, TMPFS):
+                continue
+            if _below(self.rules, path):
+                continue
+            kind = "dir" if path in DEVICE_DIRS else "other"
+            rights = _DEVICE_RIGHTS | (ll.FS_READ_DIR if kind == "dir" else 0)
+            self.grant(path, rights, kind)
+            out.append(path)
+        return out
+
+
+def _net(plan: Plan) -> tuple[int, list, list]:
+    """(handled_net, [[lo, hi, rights], ...], verdicts' text) for the plan's network."""
+    n = plan.network
+    if n.mode == NET_ON:
+        return 0, [], []
+    handled = ll.NET_BIND_TCP | ll.NET_CONNECT_TCP
+    ports = []
+    for r in n.rules:
+        right = ll.NET_BIND_TCP if r.op == "bind" else ll.NET_CONNECT_TCP
+        ports.append([r.port_lo, r.port_hi, right])
+    ports.sort()
+    return handled, ports, []
+
+
+def lower(plan: Plan, host) -> Lowered:
+    from . import seccomp
+
+    L = _Lowering(plan, host)
+    for r in plan.fs:
+        if r.path not in L.rule_paths:
+            L.v(f"mask {r.written or r.path}", ENFORCED, r.span)  # missing, nothing to hide
+            continue
+        L.lower_rule(r)
+    for s in plan.skipped:
+        L.v(f"{s.access}? {s.path}", SKIPPED, s.span, s.reason)
+    devices = L.devices()
+    if devices:
+        L.v("devices", ENFORCED, BUILTIN_SPAN)
+
+    handled_net, ports, _ = _net(plan)
+    net = plan.network
+    if net.mode == NET_OFF:
+        L.v("network: false", NARROWED, net.span,
+            "TCP connect and bind are refused by Landlock (ABI 4) and seccomp refuses every AF_INET/AF_INET6 socket, "
+            "so loopback inside the command is unavailable too (Landlock cannot tell the command's own loopback from the host's)")
+    elif net.mode == NET_RULES:
+        rules = ", ".join(f"{r.op} tcp {r.port_lo}" + (f"-{r.port_hi}" if r.port_hi != r.port_lo else "") for r in net.rules)
+        why = ("only plain TCP sockets can be created (UDP, raw, SCTP and MPTCP are refused, DNS over UDP included); "
+               "ports are checked on every address, loopback and the host's included; MSG_FASTOPEN is refused")
+        if not any(r.op == "bind" for r in net.rules):
+            why += "; listen() is refused (an unbound socket would take a port without the bind check)"
+        L.v(f"network: [{rules}]", NARROWED, net.span, why)
+    else:
+        L.v("network: true", NARROWED, net.span,
+            "address families other than AF_INET, AF_INET6, AF_NETLINK (and AF_UNIX when allowed) are refused: "
+            "vsock, packet, bluetooth ... are not governed by Landlock")
+
+    if plan.syscalls.allow_unix_sockets:
+        masked = [r.path for r in plan.fs if r.access == MASK and r.kind == "socket"]
+        L.v("unix sockets", PARTIAL, BUILTIN_SPAN,
+            "new AF_UNIX sockets are allowed: connect(2) to a socket file is not checked by Landlock before ABI 9, "
+            "so sockets under masked paths stay reachable" + (f" ({', '.join(masked)})" if masked else ""))
+    else:
+        L.v("unix sockets", NARROWED, BUILTIN_SPAN,
+            "new AF_UNIX sockets are refused (socketpair for stream and seqpacket is kept), because Landlock before "
+            "ABI 9 cannot stop connect(2) to a socket file under a masked path")
+    L.v("processes", PARTIAL, BUILTIN_SPAN,
+        "signals and abstract Unix sockets stay inside the sandbox (ABI 6 scopes), but other processes "
+        "stay visible in /proc (command lines, not memory or environment)")
+
+    abi_needed = max(ABI_TRUNCATE, ABI_IOCTL, ABI_SCOPES, ABI_NET if net.mode != NET_ON else 0, plan.landlock.min_abi)
+    host_abi = getattr(host, "landlock_abi", 0)
+    if host_abi < plan.landlock.min_abi:
+        L.v("landlock.min_abi", NOT_ENFORCEABLE, BUILTIN_SPAN,
+            f"this kernel has Landlock ABI {host_abi}, the policy asks for at least {plan.landlock.min_abi}")
+    elif host_abi < abi_needed:
+        fs, netr, scopes, _ = ll.rights_for_abi(host_abi)
+        lost = ll.fs_names(ALL_FS & ~fs) + ll.net_names(handled_net & ~netr) + ll.scope_names(
+            (ll.SCOPE_ABSTRACT_UNIX_SOCKET | ll.SCOPE_SIGNAL) & ~scopes)
+        if plan.landlock.best_effort:
+            L.v("landlock.best_effort", PARTIAL, BUILTIN_SPAN,
+                f"this kernel has Landlock ABI {host_abi} (the plan uses {abi_needed}); not enforced: {', '.join(lost)}")
+        else:
+            L.v("landlock", NOT_ENFORCEABLE, BUILTIN_SPAN,
+                f"this kernel has Landlock ABI {host_abi}, the plan needs {abi_needed} for {', '.join(lost)}; "
+                "set landlock.best_effort: true to run without them")
+    if L.unlisted:
+        L.v("landlock listings", NARROWED, BUILTIN_SPAN,
+            "the entries of " + ", ".join(sorted(L.unlisted)) + " were not gathered at compile time; they get no rights")
+
+    bpf = seccomp.compile_filter(plan.syscalls, getattr(host, "arch", "x86_64"), purpose="landlock", network=net)
+    data = {
+        "min_abi": plan.landlock.min_abi,
+        "best_effort": plan.landlock.best_effort,
+        "abi_needed": abi_needed,
+        "handled_fs": ALL_FS,
+        "handled_net": handled_net,
+        "scoped": ll.SCOPE_ABSTRACT_UNIX_SOCKET | ll.SCOPE_SIGNAL,
+        "fs_rules": [[p, g[0], g[1]] for p, g in sorted(L.grants.items())],
+        "net_rules": ports,
+        "network": net.mode,
+        "tmpfs": [r.path for r in plan.fs if r.access == TMPFS],
+        "absent": sorted(_dropped_missing_masks(plan)),
+        "seccomp": bpf.hex(),
+    }
+    return Lowered(BACKEND, data, tuple(L.verdicts))
+
+
+def complete_host(plan: Plan, host):
+    """The host facts ``lower`` needs beyond the probe: listings of the folders it splits.
+
+    Called by ``sbxc.backends.lower`` at compile time (the one place here that reads the
+    disk, through ``sbxc.runtime.probe``); listings already in ``host`` are kept, so a
+    golden test can give them explicitly.
+    """
+    import dataclasses
+
+    from ..runtime.probe import dir_listings
+
+    have = {d for d, _ in (getattr(host, "listings", ()) or ())}
+    missing = [d for d in listing_dirs(plan) if d not in have]
+    if not missing or not dataclasses.is_dataclass(host) or "listings" not in host.__dataclass_fields__:
+        return host
+    listings = tuple(sorted(tuple(host.listings or ()) + dir_listings(missing)))
+    return dataclasses.replace(host, listings=listings)
