@@ -1,0 +1,239 @@
+"""bubblewrap backend: ``lower(plan, host) -> Lowered`` with bwrap's options and verdicts.
+
+Pure: no disk, no environment, no clock. The options are in setup order (bwrap applies
+them in the order given), mounts parents before children.
+
+``Lowered.data``::
+
+    {"bwrap": "/usr/bin/bwrap",      # the binary the plan was made for (host facts)
+     "argv": [...],                  # options between "bwrap" and "--"; "@fd:empty" marks
+                                     # a descriptor the runtime opens on /dev/null
+     "seccomp": "<hex>",             # BPF for --seccomp FD (the runtime pipes it in)
+     "network": "on" | "off" | "rules"}
+
+How each kind of rule is mounted, and why:
+
+- ``read``  -> ``--ro-bind P P``; ``write`` -> ``--bind P P``; ``tmpfs`` -> ``--tmpfs P``.
+- ``mask`` of a folder -> ``--tmpfs P`` now and ``--remount-ro P`` after every other
+  mount: an empty folder that stays read-only even for root inside (EROFS does not look
+  at capabilities). The remount comes last because bwrap must still be able to create
+  mount points in it for deeper rules (the cache folder under its masked root).
+- ``mask`` of a file, socket or device -> ``--ro-bind-data FD P`` with FD reading
+  nothing: an empty *regular* file on a read-only mount. /dev/null would not do: the
+  kernel lets anyone write to a device node even on a read-only mount. Connecting to a
+  regular file fails (ECONNREFUSED), so a masked socket cannot be reached.
+- ``mask`` of a missing path: nothing to hide. Under a writable parent the command could
+  create it, and bwrap cannot put a mount on a path that does not exist without creating
+  it on the host, so the verdict is ``partial``.
+- A rule below a ``write`` rule: every folder between the two is bind-mounted onto itself.
+  A mount point cannot be renamed or removed (EBUSY), so ``mv .git .git2`` followed by a
+  fresh ``.git/hooks`` cannot step around a read-only ``.git/hooks``.
+- ``/proc`` and ``/dev`` are bwrap's own (a fresh procfs for the new PID namespace, with
+  ``/proc/sys`` read-only; a minimal /dev). Policy rules there are narrowed or, for
+  ``mask``, already true.
+
+Always: a new session (no TIOCSTI into the caller's terminal), the sandbox dies with its
+parent, new user/PID/IPC/UTS (and cgroup where the kernel has it) namespaces, no further
+user namespaces inside, all capabilities dropped when run as root (bwrap keeps them in the
+new user namespace otherwise). The environment is not on bwrap's command line: the runtime
+gives bwrap exactly the command's environment, so bwrap's own process (pid 1 inside) holds
+nothing more than the command does.
+"""
+from __future__ import annotations
+
+from ..compiler.plan import (
+    KIND_DIR, KIND_MISSING, KIND_OTHER, MASK, NET_OFF, NET_ON, NET_RULES,
+    READ, TMPFS, WRITE, PathRule, Plan, is_within, path_depth,
+)
+from ..compiler.report import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
+from . import Lowered
+
+NAME = "bwrap"
+EMPTY_FD = "@fd:empty"
+"""Placeholder in ``argv``: the runtime puts a fresh descriptor reading nothing there."""
+
+_OWN_MOUNTS = ("/proc", "/dev")
+
+
+def _version_at_least(version: str, want: tuple[int, ...]) -> bool:
+    parts = []
+    for p in version.split("."):
+        digits = ""
+        for ch in p:
+            if not ch.isdigit():
+                break
+            digits += ch
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts) >= want
+
+
+def _subject(rule: PathRule, plan: Plan) -> str:
+    shown = rule.written or rule.path
+    if rule.origin == "home":
+        return f"home: {plan.home_mode} ({rule.access} {shown})"
+    if rule.origin == "cache":
+        return f"cache: {rule.access} {shown}"
+    return f"{rule.access} {shown}"
+
+
+def _parent_rule(plan: Plan, rule: PathRule):
+    """The deepest rule strictly containing ``rule.path`` (None when none does)."""
+    best = None
+    for r in plan.fs:
+        if r.path != rule.path and is_within(rule.path, r.path):
+            if best is None or path_depth(r.path) > path_depth(best.path):
+                best = r
+    return best
+
+
+def _between(parent: str, child: str) -> list[str]:
+    """Folders strictly between ``parent`` and ``child``, shallowest first."""
+    rest = child[len(parent):].strip("/") if parent != "/" else child.strip("/")
+    parts = rest.split("/")[:-1]
+    out = []
+    cur = parent.rstrip("/")
+    for p in parts:
+        cur = f"{cur}/{p}"
+        out.append(cur)
+    return out
+
+
+def lower(plan: Plan, host) -> Lowered:
+    verdicts = []
+    ops: list[tuple[tuple[int, str, int], list[str]]] = []  # ((depth, path, seq), args)
+    remounts: list[str] = []
+    self_binds: set[str] = set()
+    rule_paths = {r.path for r in plan.fs}
+    seq = 0
+
+    def add(path: str, args: list[str]) -> None:
+        nonlocal seq
+        seq += 1
+        ops.append(((path_depth(path), path, seq), args))
+
+    for own in _OWN_MOUNTS:
+        add(own, ["--proc", own] if own == "/proc" else ["--dev", own])
+
+    for rule in plan.fs:
+        subj = _subject(rule, plan)
+        p = rule.path
+        under_own = next((o for o in _OWN_MOUNTS if is_within(p, o)), None)
+        if under_own is not None:
+            if rule.access == MASK:
+                verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
+            else:
+                why = ("sbxc gives every sandbox its own /proc" if under_own == "/proc"
+                       else "sbxc gives every sandbox a minimal /dev (null, zero, random, tty, pts, shm)")
+                verdicts.append(verdict(NAME, subj, NARROWED, rule.span, why))
+            continue
+
+        parent = _parent_rule(plan, rule)
+        parent_access = parent.access if parent is not None else None
+        cache_rule = rule.origin == "cache"  # made by the runtime before bwrap starts
+        missing = rule.kind == KIND_MISSING and not cache_rule
+
+        if rule.access == MASK:
+            if missing:
+                if parent_access == WRITE:
+                    verdicts.append(verdict(
+                        NAME, subj, PARTIAL, rule.span,
+                        "the path does not exist and its parent is writable: the command could create it",
+                    ))
+                else:
+                    verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
+                continue
+            if parent_access not in (READ, WRITE):
+                # Nothing of the host shows there anyway (no rule, a tmpfs, or a mask).
+                verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
+                continue
+        elif missing:
+            verdicts.append(verdict(NAME, subj, NOT_ENFORCEABLE, rule.span,
+                                    "the path does not exist; bwrap cannot mount it"))
+            continue
+
+        if parent_access == WRITE:
+            for d in _between(parent.path, p):
+                if d not in rule_paths and d not in self_binds:
+                    self_binds.add(d)
+                    add(d, ["--bind", d, d])
+
+        kind = KIND_DIR if cache_rule else rule.kind
+        if rule.access == MASK:
+            if kind == KIND_DIR:
+                add(p, ["--tmpfs", p])
+                remounts.append(p)
+            else:
+                add(p, ["--ro-bind-data", EMPTY_FD, p])
+            verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
+        elif rule.access == TMPFS:
+            if kind == KIND_DIR:
+                add(p, ["--tmpfs", p])
+                verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
+            else:
+                add(p, ["--ro-bind-data", EMPTY_FD, p])
+                verdicts.append(verdict(NAME, subj, NARROWED, rule.span,
+                                        f"a tmpfs needs a folder and this is a {kind}: it is shown empty and read-only"))
+        elif rule.access in (READ, WRITE):
+            add(p, ["--ro-bind" if rule.access == READ else "--bind", p, p])
+            if kind == KIND_OTHER:
+                verdicts.append(verdict(NAME, subj, NARROWED, rule.span,
+                                        "bwrap mounts with nodev: a device node there cannot be opened"))
+            else:
+                verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
+        else:
+            raise ValueError(f"unknown access {rule.access!r}")
+
+    for s in plan.skipped:
+        verdicts.append(verdict(NAME, f"{s.access}? {s.path}", SKIPPED, s.span, s.reason))
+
+    argv = [
+        "--new-session",      # setsid: the command has no controlling terminal (no TIOCSTI)
+        "--die-with-parent",  # sbxc dies -> the sandbox dies (PR_SET_PDEATHSIG)
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]
+    net = plan.network
+    if net.mode in (NET_OFF, NET_RULES):
+        argv.append("--unshare-net")
+    if not host.bwrap_version or _version_at_least(host.bwrap_version, (0, 8)):
+        # No new user namespaces inside (bwrap >= 0.8); the seccomp filter refuses them too.
+        argv.append("--disable-userns")
+    if host.uid == 0:
+        # As root, bwrap keeps capabilities inside the user namespace unless told not to.
+        argv += ["--cap-drop", "ALL"]
+    for _key, args in sorted(ops, key=lambda o: o[0]):
+        argv += args
+    for p in remounts:
+        argv += ["--remount-ro", p]
+
+    if net.mode == NET_ON:
+        verdicts.append(verdict(NAME, "network: true", ENFORCED, net.span))
+    elif net.mode == NET_OFF:
+        verdicts.append(verdict(NAME, "network: false", ENFORCED, net.span))
+    else:
+        for r in net.rules:
+            ports = str(r.port_lo) if r.port_lo == r.port_hi else f"{r.port_lo}-{r.port_hi}"
+            verdicts.append(verdict(NAME, f"{r.op} {r.proto} {ports}", NARROWED, r.span,
+                                    "bwrap cannot allow single ports: the network is off (use --backend landlock for per-port rules)"))
+
+    seccomp_hex = ""
+    try:
+        from . import seccomp
+
+        seccomp_hex = seccomp.compile_filter(plan.syscalls, host.arch, purpose="bwrap", network=net).hex()
+        verdicts.append(verdict(NAME, "syscalls", ENFORCED, _first_span(plan)))
+    except Exception as e:  # missing libseccomp, unknown syscall, unsupported arch
+        verdicts.append(verdict(NAME, "syscalls", NOT_ENFORCEABLE, _first_span(plan),
+                                f"the seccomp filter could not be built: {e}"))
+
+    verdicts.append(verdict(NAME, "env", ENFORCED, _first_span(plan)))
+    return Lowered(NAME, {"bwrap": host.bwrap, "argv": argv, "seccomp": seccomp_hex, "network": net.mode}, tuple(verdicts))
+
+
+def _first_span(plan: Plan):
+    from ..compiler.plan import BUILTIN_SPAN
+
+    return plan.fs[0].span if plan.fs else BUILTIN_SPAN

@@ -1,0 +1,126 @@
+"""Runner for the bwrap backend (see the runner protocol in ``sbxc.runtime.launch``).
+
+Knowing whether bwrap failed or the command did: bwrap exits 1 for its own failures, as a
+command may. bwrap reads the seccomp program from its descriptor only after every mount
+is in place and every privilege dropped, right before it forks the command's PID 1 and
+execs. So the program is written into a pipe up front and sbxc keeps its own copy of the
+read end: while bytes are still unread (FIONREAD > 0), bwrap has not finished its set-up
+and whatever it printed is its own failure (exit 125 with one ``sbxc:`` line); once the
+pipe is empty, stderr belongs to the command.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from .errors import Refusal, bwrap_failure
+from .launch import LaunchSpec
+
+EMPTY_FD = "@fd:empty"  # same as sbxc.backends.bwrap.EMPTY_FD (not imported: hot path)
+_FIONREAD = 0x541B  # asm-generic/ioctls.h; the same on x86_64 and aarch64
+_PIPE_MAX = 65536  # the default pipe buffer: the whole program must fit before bwrap reads
+
+
+def _which(name: str, environ) -> str:
+    for d in (environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":"):
+        if d.startswith("/"):
+            p = d.rstrip("/") + "/" + name
+            if os.access(p, os.X_OK) and not os.path.isdir(p):
+                return os.path.realpath(p)
+    return ""
+
+
+def _unread(fd: int) -> int:
+    import fcntl
+
+    buf = bytearray(4)
+    fcntl.ioctl(fd, _FIONREAD, buf)
+    return int.from_bytes(buf, sys.byteorder)
+
+
+def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
+    data = planfile.get("lowered") or {}
+    planned = data.get("bwrap") or (planfile.get("host") or {}).get("bwrap", "")
+    found = _which("bwrap", ctx.environ)
+    if not found:
+        raise Refusal("bwrap is not installed (not found on PATH)",
+                      "install bubblewrap (apt install bubblewrap), or use --backend landlock")
+    if planned and found != planned:
+        raise Refusal(f"the plan was made for bwrap at {planned}, this host has {found}",
+                      "recompile the plan on this host (sbxc compile -o PLAN), or use --policy")
+    net = (planfile.get("runtime") or {}).get("network", "on")
+    if data.get("network", net) != net:
+        raise Refusal("the plan's bwrap options and its network setting disagree", "recompile the plan")
+    bpf = bytes.fromhex(data.get("seccomp") or "")
+    if not bpf or len(bpf) % 8 or len(bpf) >= _PIPE_MAX:
+        raise Refusal("the plan has no usable seccomp filter", "recompile the plan (sbxc compile -o PLAN)")
+
+    opts = list(data.get("argv") or ())
+    cache = ctx.cache
+    if cache is not None and getattr(cache, "relocate_argv", None) is not None:
+        opts = cache.relocate_argv(opts)
+
+    # The plan cache must stay out of every sandbox's reach: an empty read-only folder on
+    # top of it, mounted before the masks are made read-only (it may sit inside one).
+    plans = ctx.plans_dir
+    if plans and os.path.isdir(plans) and not os.path.islink(plans):
+        extra = ["--tmpfs", plans]
+        try:
+            at = opts.index("--remount-ro")
+        except ValueError:
+            at = len(opts)
+        opts[at:at] = extra
+        opts += ["--remount-ro", plans]
+
+    fds: list[int] = []
+    cleanups = []
+
+    def close_all():
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    cleanups.append(close_all)
+    try:
+        for i, a in enumerate(opts):
+            if a == EMPTY_FD:
+                fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+                fds.append(fd)
+                opts[i] = str(fd)
+        r, w = os.pipe()
+        fds.append(r)
+        try:
+            os.write(w, bpf)  # fits the pipe buffer (checked above): never blocks
+        finally:
+            os.close(w)  # bwrap reads to end of file
+    except OSError as e:
+        close_all()
+        raise Refusal(f"could not prepare bwrap's descriptors ({e.strerror})", "check the open-files limit (ulimit -n)") from None
+    seccomp_fd = r
+
+    argv = [found] + opts + ["--seccomp", str(seccomp_fd), "--"] + list(cmd)
+
+    def started() -> bool:
+        return _unread(seccomp_fd) == 0
+
+    def setup_failed(status: int, early: str):
+        if status == 0:
+            return None
+        if _unread(seccomp_fd) == 0:
+            return None  # bwrap got through its set-up: the status is the command's
+        cause, fix = bwrap_failure(early)
+        return Refusal(cause, fix)
+
+    def command_status(status: int, first: bytes) -> int:
+        # bwrap exits 1 when it cannot exec the command (after set-up, so the pipe is
+        # empty): "bwrap: execvp NAME: <strerror>". Report it as a shell would. The command
+        # itself could print the same words and exit 1: that changes only its status.
+        if status == 1 and first.startswith(b"bwrap: execvp "):
+            line = first.split(b"\n", 1)[0]
+            return 127 if line.endswith(b"No such file or directory") else 126
+        return status
+
+    return LaunchSpec(argv, env, pass_fds=fds, exec_is_command=False, started=started,
+                      setup_failed=setup_failed, command_status=command_status, cleanups=cleanups)

@@ -1,0 +1,547 @@
+"""``sbxc exec``: the one runtime core. Loads a plan, checks it against this host, prepares
+the cache and the environment, hands off to a backend runner, waits, passes the status on.
+
+Hot path: this module imports only builtins (``os``, ``_signal``, ``marshal`` via the
+plan cache). No ``re``, ``json`` (except for ``--plan`` on a marshal-cache miss),
+``argparse``, ``subprocess``, ``dataclasses``, ``fnmatch``: each costs milliseconds on
+every run (see bench/README.md).
+
+The runner protocol
+-------------------
+Each backend has a module ``sbxc.runtime.<name>_run`` (``bwrap_run``, ``landlock_run``,
+``sbpl_run``) with one function::
+
+    prepare(planfile: dict, cmd: list[str], env: dict[str, str], ctx: Context) -> LaunchSpec
+
+``planfile`` is the loaded plan (sbxc.planfile layout); ``cmd`` the command and its
+arguments exactly as the user gave them; ``env`` the command's environment, already
+filtered (env.pass globs, cache variables, env.set); ``ctx`` the run's facts (below).
+It raises ``sbxc.runtime.errors.Refusal`` for anything that stops the run (exit 125).
+It must not start any process; ``exec_main`` forks once and execs ``spec.argv``.
+
+``LaunchSpec`` (defined here) carries:
+
+- ``argv``: what to execve, ``argv[0]`` an absolute path (``bwrap``, or the command
+  itself for a runner that confines its own process).
+- ``env``: the environment for that execve. For bwrap it is the command's own, so that
+  bwrap's process (pid 1 inside) carries no secret of the caller.
+- ``pass_fds``: descriptors that stay open across the exec; every other descriptor the
+  caller left open is closed in the child before the exec.
+- ``child_setup``: ``None`` or a callable run in the forked child just before the exec
+  (e.g. Landlock's restrict_self, loading BPF). Raising ``Refusal`` there ends the child
+  with 125 and the refusal line; the command never starts.
+- ``exec_is_command``: True when ``argv[0]`` is the user's command (exec failures become
+  126/127 as in a shell); False when it is the sandbox tool (exec failure: 125).
+- ``started``: ``None`` or a callable telling whether the sandbox has finished its set-up
+  (bwrap: it has consumed the seccomp pipe). Until then stderr is held back, so bwrap's own
+  error message is not shown raw but as one ``sbxc:`` line.
+- ``setup_failed``: ``None`` or ``(status, early_stderr: str) -> Refusal | None``, asked
+  after the child ended: a Refusal when the sandbox failed before the command ran.
+- ``command_status``: ``None`` or ``(status, first_stderr: bytes) -> int`` to map a
+  launcher's "could not exec the command" to 126/127 (bwrap exits 1 for that).
+- ``cleanups``: callables run after the child ended (in reverse order), also on failure.
+- ``keep_signals``: True if the runner wants SIGINT/SIGTERM... forwarded to ``argv``'s
+  process (the default and only behaviour today; see docs/runtime.md).
+
+``Context`` carries ``project``, ``cwd``, ``uid``, ``is_root``, ``network`` (``on``/``off``/
+``rules``, after flags), ``cache`` (the cachedir ``CacheSetup`` or None), ``plans_dir``
+(the plan cache folder that no sandbox may write; hide or deny it), ``warn(line)``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from .errors import REFUSED, Refusal, one_line
+
+USAGE = "usage: sbxc exec [--policy P | --plan F] [--backend B] [--network[=true|false]] -- CMD..."
+
+RUNNERS = {
+    "bwrap": "sbxc.runtime.bwrap_run",
+    "landlock": "sbxc.runtime.landlock_run",
+    "sandbox-exec": "sbxc.runtime.sbpl_run",
+}
+BACKEND_CHOICES = ("auto", "bwrap", "landlock", "sandbox-exec")
+
+# SPEC §5: one fixed hint after a failed command whose stderr shows a network failure.
+# Lower-case bytes; matched case-insensitively on stderr only. The text printed is the
+# constant below, never anything taken from the output.
+NETWORK_PATTERNS = (
+    b"could not resolve host",
+    b"name resolution",
+    b"network is unreachable",
+    b"connection refused",
+    b"cannot assign requested address",
+)
+NETWORK_HINT = (
+    "sbxc: hint: the network is off for this command (network: false); if it needs the "
+    "network, run `sbxc exec --network=true ...` or set `network: true` in the policy\n"
+)
+_OVERLAP = max(len(p) for p in NETWORK_PATTERNS) - 1
+
+# Signals passed on to the sandbox process; the rest keep their default action.
+_FORWARD = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+
+
+class LaunchSpec:
+    __slots__ = ("argv", "env", "pass_fds", "child_setup", "exec_is_command", "started",
+                 "setup_failed", "command_status", "cleanups", "keep_signals")
+
+    def __init__(self, argv, env, pass_fds=(), child_setup=None, exec_is_command=False,
+                 started=None, setup_failed=None, command_status=None, cleanups=None):
+        self.argv = list(argv)
+        self.env = env
+        self.pass_fds = tuple(pass_fds)
+        self.child_setup = child_setup
+        self.exec_is_command = exec_is_command
+        self.started = started
+        self.setup_failed = setup_failed
+        self.command_status = command_status
+        self.cleanups = list(cleanups or ())
+        self.keep_signals = True
+
+
+class Context:
+    __slots__ = ("project", "cwd", "uid", "is_root", "network", "cache", "plans_dir", "warn", "environ")
+
+    def __init__(self, **kw):
+        for k in self.__slots__:
+            setattr(self, k, kw.get(k))
+
+
+# ------------------------------------------------------------------ argument parsing
+
+class Args:
+    __slots__ = ("policy", "plan", "backend", "network", "session", "cmd")
+
+    def __init__(self):
+        self.policy = None
+        self.plan = None
+        self.backend = None
+        self.network = None  # None: the plan decides; "on" / "off": the flag wins
+        self.session = None
+        self.cmd = []
+
+
+def _bool_flag(value: str, name: str) -> str:
+    v = value.lower()
+    if v in ("true", "1", "yes", "on"):
+        return "on"
+    if v in ("false", "0", "no", "off"):
+        return "off"
+    raise Refusal(f"{name}={value!r} is not true or false", f"use {name}=true or {name}=false")
+
+
+def parse_args(argv: list) -> Args:
+    a = Args()
+    i = 0
+    n = len(argv)
+    while i < n:
+        arg = argv[i]
+        if arg == "--":
+            a.cmd = argv[i + 1:]
+            break
+        if not arg.startswith("-") or arg == "-":
+            a.cmd = argv[i:]  # the command starts at the first word that is not an option
+            break
+        name, eq, value = arg.partition("=")
+        if name in ("--policy", "--plan", "--backend", "--session"):
+            if not eq:
+                if i + 1 >= n:
+                    raise Refusal(f"{name} needs a value", USAGE)
+                i += 1
+                value = argv[i]
+            setattr(a, name[2:], value)
+        elif name == "--network":
+            a.network = _bool_flag(value, "--network") if eq else "on"
+        elif name == "--no-network":
+            a.network = "off"
+        elif name in ("-h", "--help"):
+            raise Refusal("help asked for", USAGE)
+        else:
+            raise Refusal(f"unknown option {one_line(arg, 60)!r} for exec", USAGE)
+        i += 1
+    if a.policy is not None and a.plan is not None:
+        raise Refusal("--policy and --plan were both given", "give one of them")
+    if a.backend is not None and a.backend not in BACKEND_CHOICES:
+        raise Refusal(f"unknown backend {one_line(a.backend, 60)!r}", "use one of: " + ", ".join(BACKEND_CHOICES))
+    if a.session is not None:
+        raise Refusal("--session is not available in this version", "run without --session")
+    if not a.cmd:
+        raise Refusal("no command given", USAGE)
+    return a
+
+
+# ------------------------------------------------------------------ host and path checks
+
+def current_home(environ) -> str:
+    home = environ.get("HOME")
+    if home:
+        return home
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_dir
+
+
+def host_mismatch(facts: dict, environ) -> str:
+    """Why this host is not the one the plan assumed ('' when it is). Cheap facts only;
+    backend-specific ones (bwrap's path, the Landlock ABI) are the runner's to check."""
+    u = os.uname()
+    platform = "darwin" if u.sysname == "Darwin" else "linux"
+    if facts.get("platform", platform) != platform:
+        return f"the plan is for {facts.get('platform')}, this host runs {platform}"
+    if facts.get("arch", u.machine) != u.machine:
+        return f"the plan is for {facts.get('arch')}, this host is {u.machine}"
+    if facts.get("uid", -1) != os.getuid():
+        return f"the plan was compiled for uid {facts.get('uid')}, this is uid {os.getuid()}"
+    home = current_home(environ)
+    if facts.get("home", home) != home:
+        return f"the plan was compiled for home {facts.get('home')}, this home is {home}"
+    return ""
+
+
+def _kind_of(st_mode: int) -> str:
+    import stat
+
+    if stat.S_ISDIR(st_mode):
+        return "dir"
+    if stat.S_ISREG(st_mode):
+        return "file"
+    if stat.S_ISSOCK(st_mode):
+        return "socket"
+    if stat.S_ISLNK(st_mode):
+        return "symlink"
+    return "other"
+
+
+def recheck_paths(checks) -> None:
+    """Rules were resolved to real paths at compile time (SPEC §2). A path that became a
+    symlink, or whose folders on the way did, could point the sandbox at something else;
+    one that changed kind or vanished would make the backend create mount points on the
+    host. Either way: refuse. (bwrap re-resolves when it mounts; the window between this
+    check and that mount is the caller's own processes racing sbxc, see docs/runtime.md.)"""
+    for path, kind, _access in checks:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            raise Refusal(f"{path} no longer exists (the plan expected a {kind})",
+                          "recompile the plan, or mark the rule optional with `?`") from None
+        except OSError as e:
+            raise Refusal(f"{path} cannot be checked ({e.strerror})", "check the path's permissions") from None
+        now = _kind_of(st.st_mode)
+        if now == "symlink":
+            raise Refusal(f"{path} became a symlink since the plan was compiled",
+                          "inspect it; recompile only if the link is intended")
+        if now != kind:
+            raise Refusal(f"{path} is now a {now}, the plan expected a {kind}", "recompile the plan")
+        if os.path.realpath(path) != path:
+            raise Refusal(f"a folder on the way to {path} became a symlink since the plan was compiled",
+                          "inspect it; recompile only if the link is intended")
+
+
+# ------------------------------------------------------------------ environment
+
+def glob_match(pattern: str, name: str) -> bool:
+    """``*`` any run of characters, ``?`` one character; everything else literal."""
+    p = n = 0
+    star = -1
+    mark = 0
+    while n < len(name):
+        if p < len(pattern) and (pattern[p] == "?" or pattern[p] == name[n]):
+            p += 1
+            n += 1
+        elif p < len(pattern) and pattern[p] == "*":
+            star = p
+            mark = n
+            p += 1
+        elif star != -1:
+            p = star + 1
+            mark += 1
+            n = mark
+        else:
+            return False
+    while p < len(pattern) and pattern[p] == "*":
+        p += 1
+    return p == len(pattern)
+
+
+def build_env(rt: dict, environ, cache_env) -> dict:
+    """The command's environment: host variables named by env.pass, then the cache
+    variables, then env.set (the policy's explicit values win)."""
+    globs = rt.get("env_pass", ())
+    literal = {g for g in globs if "*" not in g and "?" not in g}
+    patterns = [g for g in globs if g not in literal]
+    env = {}
+    for k, v in environ.items():
+        if k in literal or (patterns and any(glob_match(g, k) for g in patterns)):
+            env[k] = v
+    for k, v in cache_env or ():
+        env[k] = v
+    for k, v in rt.get("env_set", ()):
+        env[k] = v
+    return env
+
+
+def find_program(name: str, env: dict) -> bool:
+    """Whether a shell would find ``name`` (no slash) on the command's PATH, on the host.
+    Only used to answer 127 early; a program found here may still be hidden inside."""
+    for d in (env.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":"):
+        p = (d or ".") + "/" + name
+        if os.access(p, os.X_OK) and not os.path.isdir(p):
+            return True
+    return False
+
+
+# ------------------------------------------------------------------ running
+
+def _write_all(fd: int, data: bytes) -> bool:
+    while data:
+        try:
+            n = os.write(fd, data)
+        except OSError:
+            return False  # stderr went away: keep draining so the command is not blocked
+        data = data[n:]
+    return True
+
+
+def _close_fds_except(keep) -> None:
+    """Close every descriptor from 3 up except ``keep``: one the caller left open (a
+    socket, a secret file) must not reach the sandbox."""
+    keep = sorted(k for k in keep if k > 2)
+    lo = 3
+    for k in keep:
+        if k > lo:
+            os.closerange(lo, k)
+        lo = k + 1
+    os.closerange(lo, 1 << 20)
+
+
+def run(spec: LaunchSpec, network_off: bool) -> int:
+    """Fork, exec ``spec.argv``, relay stderr when it is not a terminal, wait, clean up."""
+    import _signal
+
+    interpose = not os.isatty(2)
+    err_r = err_w = -1
+    if interpose:
+        err_r, err_w = os.pipe()  # both O_CLOEXEC; err_w becomes fd 2 in the child
+    # Reports from the child between fork and exec (child_setup refusal, exec errno).
+    rep_r, rep_w = os.pipe()
+
+    child = [0]
+
+    def forward(signum, _frame):
+        if child[0] > 0:
+            try:
+                os.kill(child[0], signum)
+            except ProcessLookupError:
+                pass
+
+    old = {}
+    for name in _FORWARD:
+        num = getattr(_signal, name)
+        old[num] = _signal.signal(num, forward)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _child(spec, err_w, rep_w)  # never returns
+        child[0] = pid
+        os.close(rep_w)
+        if err_w >= 0:
+            os.close(err_w)
+        report = b""
+        while True:
+            chunk = os.read(rep_r, 4096)
+            if not chunk:
+                break
+            report += chunk
+        os.close(rep_r)
+
+        first = b""
+        matched = False
+        if interpose:
+            held = []
+            started = spec.started is None
+            tail = b""
+            scan = network_off
+            while True:
+                chunk = os.read(err_r, 65536)
+                if not chunk:
+                    break
+                if not started:
+                    if spec.started():
+                        started = True
+                        for h in held:
+                            _write_all(2, h)
+                        held = []
+                    else:
+                        held.append(chunk)
+                        continue
+                if len(first) < 256:
+                    first += chunk[: 256 - len(first)]
+                _write_all(2, chunk)
+                if scan:
+                    low = tail + chunk.lower()
+                    for p in NETWORK_PATTERNS:
+                        if p in low:
+                            matched = True
+                            scan = False
+                            break
+                    tail = low[-_OVERLAP:]
+            os.close(err_r)
+            early = b"".join(held)
+        else:
+            early = b""
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except ChildProcessError:
+                status = 0
+                break
+        child[0] = 0
+        rc = os.waitstatus_to_exitcode(status)
+        if rc < 0:
+            rc = 128 - rc  # died of signal N: report 128+N as a shell does
+
+        if report:
+            kind, _, text = report.decode("utf-8", "replace").partition(":")
+            if kind == "refused":
+                cause, _, fix = text.partition("\x00")
+                sys.stderr.write(Refusal(cause, fix).line() + "\n")
+                return REFUSED
+            if kind == "exec":
+                errno_, _, what = text.partition(":")
+                if spec.exec_is_command:
+                    code = 127 if errno_ == "2" else 126
+                    sys.stderr.write(f"sbxc: {one_line(what)}: {'command not found' if code == 127 else 'cannot execute'}\n")
+                    return code
+                sys.stderr.write(Refusal(f"could not start {what} (errno {errno_})",
+                                         "check the backend is installed (sbxc doctor)").line() + "\n")
+                return REFUSED
+        if spec.setup_failed is not None:
+            refusal = spec.setup_failed(rc, early.decode("utf-8", "replace"))
+            if refusal is not None:
+                sys.stderr.write(refusal.line() + "\n")
+                return REFUSED
+        if early:
+            _write_all(2, early)  # the runner judged it the command's own output
+        if spec.command_status is not None:
+            rc = spec.command_status(rc, first)
+        if matched and rc != 0:
+            _write_all(2, NETWORK_HINT.encode())
+        return rc
+    finally:
+        for num, h in old.items():
+            _signal.signal(num, h)
+        for fn in reversed(spec.cleanups):
+            try:
+                fn()
+            except Exception as e:  # a failed cleanup is reported, never hidden
+                sys.stderr.write(f"sbxc: warning: cleanup failed: {one_line(str(e))}\n")
+
+
+def _child(spec: LaunchSpec, err_w: int, rep_w: int) -> None:
+    """In the forked child: stderr into the relay, close stray descriptors, set up, exec."""
+    code = REFUSED
+    try:
+        if err_w >= 0:
+            os.dup2(err_w, 2)  # dup2 clears O_CLOEXEC on fd 2
+        for fd in spec.pass_fds:
+            os.set_inheritable(fd, True)
+        _close_fds_except(tuple(spec.pass_fds) + (rep_w,))
+        if spec.child_setup is not None:
+            spec.child_setup()
+        try:
+            os.execve(spec.argv[0], spec.argv, spec.env)
+        except OSError as e:
+            os.write(rep_w, f"exec:{e.errno}:{spec.argv[0]}".encode("utf-8", "replace"))
+            code = 127 if e.errno == 2 else 126
+    except Refusal as r:
+        os.write(rep_w, f"refused:{r.cause}\x00{r.fix}".encode("utf-8", "replace"))
+    except BaseException as e:  # anything else before the exec is a refusal, not a crash
+        try:
+            os.write(rep_w, f"refused:could not set up the sandbox ({e!r})\x00please report this".encode("utf-8", "replace"))
+        except BaseException:
+            pass
+    os._exit(code)
+
+
+# ------------------------------------------------------------------ the entry point
+
+def _load_plan(a: Args, environ, cwd: str, warn) -> dict:
+    from . import plancache
+
+    if a.plan is not None:
+        pf = plancache.load_planfile(a.plan)
+        if a.backend not in (None, "auto") and a.backend != pf.get("backend"):
+            raise Refusal(f"the plan is for {pf.get('backend')}, --backend asks for {a.backend}",
+                          "recompile with --backend, or drop the flag")
+        net = pf.get("runtime", {}).get("network")
+        if a.network is not None and a.network != ("on" if net == "on" else "off"):
+            raise Refusal(f"--network={'true' if a.network == 'on' else 'false'} differs from the plan (network {net})",
+                          "recompile the plan with that setting, or use --policy")
+        return pf
+    return plancache.plan_for_policy(a.policy, a.backend, a.network, environ, cwd, warn)
+
+
+def exec_main(argv) -> int:
+    environ = os.environ
+    try:
+        a = parse_args(list(argv))
+        try:
+            cwd = os.getcwd()
+        except OSError:
+            raise Refusal("the current folder is gone", "cd to an existing folder") from None
+        warnings = []
+        warn = warnings.append
+        pf = _load_plan(a, environ, cwd, warn)
+        for w in warnings:
+            sys.stderr.write(one_line(w) + "\n")
+        return launch(pf, a.cmd, environ, cwd)
+    except Refusal as r:
+        sys.stderr.write(r.line() + "\n")
+        return REFUSED
+
+
+def launch(pf: dict, cmd: list, environ, cwd: str) -> int:
+    """Run ``cmd`` under the loaded plan file ``pf``; 125 on any refusal."""
+    try:
+        if not isinstance(pf, dict) or pf.get("format") != "sbxc-plan/1":
+            raise Refusal("the plan file has an unknown format", "recompile it with this sbxc (sbxc compile -o PLAN)")
+        backend = pf.get("backend")
+        if backend not in RUNNERS:
+            raise Refusal(f"the plan names an unknown backend {one_line(str(backend), 40)!r}", "recompile the plan")
+        if backend == "sandbox-exec" and sys.platform != "darwin":
+            raise Refusal("the sandbox-exec backend needs macOS", "use --backend bwrap or --backend landlock on Linux")
+        why = host_mismatch(pf.get("host") or {}, environ)
+        if why:
+            raise Refusal(why, "recompile the plan on this host (sbxc compile -o PLAN), or use --policy")
+        rt = pf["runtime"]
+        recheck_paths(rt.get("checks", ()))
+        try:
+            runner = __import__(RUNNERS[backend], fromlist=["prepare"])
+        except ImportError:
+            raise Refusal(f"the {backend} runtime is not part of this sbxc", "use another backend (sbxc doctor)") from None
+
+        from .cachedir import prepare as prepare_cache
+
+        cache = prepare_cache(rt.get("cache") or {}, project=rt.get("project", ""))
+        try:
+            if cache.warning:
+                sys.stderr.write(cache.warning + "\n")
+            env = build_env(rt, environ, cache.env)
+            if "/" not in cmd[0] and not find_program(cmd[0], env):
+                sys.stderr.write(f"sbxc: {one_line(cmd[0], 200)}: command not found\n")
+                return 127
+            from . import plancache
+
+            ctx = Context(project=rt.get("project", ""), cwd=cwd, uid=os.getuid(), is_root=os.geteuid() == 0,
+                          network=rt.get("network", "on"), cache=cache, plans_dir=plancache.plans_dir(),
+                          warn=lambda line: sys.stderr.write(one_line(line) + "\n"), environ=environ)
+            spec = runner.prepare(pf, list(cmd), env, ctx)
+            return run(spec, ctx.network != "on")
+        finally:
+            cache.cleanup()
+    except Refusal as r:
+        sys.stderr.write(r.line() + "\n")
+        return REFUSED

@@ -1,0 +1,297 @@
+"""The plan cache: compiled plans kept where no sandboxed command can write them.
+
+Folder: ``/var/tmp/sbxc-{uid}/plans`` (0700, the caller's; see docs/runtime.md for why
+there and how every backend keeps it out of the sandbox). Entries are ``marshal`` dumps:
+loading one costs microseconds and imports nothing, where ``json`` costs ~11 ms of
+imports (through ``re``) on every run.
+
+Hot path: ``os``, ``marshal`` and a sha256 from the interpreter's builtin module. The
+compiler (PyYAML, Lark, libseccomp) is imported on a miss only.
+"""
+from __future__ import annotations
+
+import marshal
+import os
+
+from .. import __version__
+from .errors import Refusal, one_line
+
+try:  # the builtin module: ``hashlib`` costs ~6 ms of imports (OpenSSL bindings)
+    from _sha256 import sha256
+except ImportError:  # Python 3.12+ renamed it
+    try:
+        from _sha2 import sha256  # type: ignore
+    except ImportError:
+        from hashlib import sha256  # type: ignore
+
+ENTRY_VERSION = 1
+POLICY_NAME = "sandbox.policy.yaml"  # as sbxc.compiler.api.POLICY_NAME (not imported: hot path)
+DEFAULT_POLICY = "builtin:default"
+MAX_PLAN_BYTES = 16 << 20
+
+_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def plans_dir(uid: int | None = None) -> str:
+    return f"/var/tmp/sbxc-{os.getuid() if uid is None else uid}/plans"
+
+
+def _hex(data: bytes) -> str:
+    return sha256(data).hexdigest()
+
+
+def open_plans_dir(create: bool = True) -> int:
+    """O_PATH descriptor of the plans folder after the ownership checks, or -1 when it is
+    missing or fails one (then nothing is read from or written to it)."""
+    from .cachedir import Unsafe, _open_or_make, open_root
+
+    uid = os.getuid()
+    path = plans_dir(uid)
+    root = os.path.dirname(path)
+    try:
+        root_fd = open_root(root, uid, create)
+    except (Unsafe, OSError):
+        return -1
+    try:
+        fd, _ = _open_or_make(root_fd, "plans", f"plan cache {path}", path, uid, create)
+        return fd
+    except (Unsafe, OSError):
+        return -1
+    finally:
+        os.close(root_fd)
+
+
+def _read_entry(dir_fd: int, name: str):
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or (st.st_mode & 0o170000) != 0o100000 or st.st_size > MAX_PLAN_BYTES:
+            return None
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+        try:
+            entry = marshal.loads(b"".join(chunks))
+        except (EOFError, ValueError, TypeError):
+            return None
+        return entry if isinstance(entry, dict) and entry.get("v") == ENTRY_VERSION else None
+    finally:
+        os.close(fd)
+
+
+def _write_entry(dir_fd: int, name: str, entry: dict) -> None:
+    """Write to a fresh temporary name, then rename: readers see all of an entry or none."""
+    data = marshal.dumps(entry)
+    tmp = f".tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    except OSError:
+        return
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+        os.close(fd)
+        fd = -1
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except OSError:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+# ------------------------------------------------------------------ --plan FILE
+
+def load_planfile(path: str) -> dict:
+    """A plan file written by ``sbxc compile -o``; parsed with ``json`` once per content,
+    then served from the marshal copy keyed by the file's sha256."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise Refusal(f"cannot read the plan {one_line(path, 200)} ({e.strerror})", "check the path; make it with sbxc compile -o PLAN") from None
+    try:
+        st = os.fstat(fd)
+        if (st.st_mode & 0o170000) != 0o100000 or st.st_size > MAX_PLAN_BYTES:
+            raise Refusal(f"{one_line(path, 200)} is not a plan file", "make it with sbxc compile -o PLAN")
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    name = "f-" + _hex(data)
+    dir_fd = open_plans_dir()
+    try:
+        if dir_fd >= 0:
+            entry = _read_entry(dir_fd, name)
+            if entry is not None and isinstance(entry.get("plan"), dict):
+                return entry["plan"]
+        import json
+
+        try:
+            pf = json.loads(data)
+        except ValueError as e:
+            raise Refusal(f"{one_line(path, 200)} is not valid JSON ({e})", "make it with sbxc compile -o PLAN") from None
+        if not isinstance(pf, dict):
+            raise Refusal(f"{one_line(path, 200)} is not a plan file", "make it with sbxc compile -o PLAN")
+        if dir_fd >= 0:
+            _write_entry(dir_fd, name, {"v": ENTRY_VERSION, "plan": pf})
+        return pf
+    finally:
+        if dir_fd >= 0:
+            os.close(dir_fd)
+
+
+# ------------------------------------------------------------------ --policy P
+
+def policy_ref(policy, cwd: str) -> str:
+    """The policy the compiler will load: the same answer as sbxc.compiler.api.discover."""
+    if policy is None:
+        d = cwd
+        while True:
+            cand = (d.rstrip("/") or "") + "/" + POLICY_NAME
+            if os.path.isfile(cand):
+                return cand
+            parent = os.path.dirname(d)
+            if parent == d:
+                return DEFAULT_POLICY
+            d = parent
+    if policy.startswith("builtin:"):
+        return policy
+    return os.path.normpath(os.path.join(cwd, policy))
+
+
+def _which_bwrap(environ) -> str:
+    for d in (environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":"):
+        if d.startswith("/"):
+            p = d.rstrip("/") + "/bwrap"
+            if os.access(p, os.X_OK) and not os.path.isdir(p):
+                return os.path.realpath(p)
+    return ""
+
+
+def _builtin_path(name: str) -> str:
+    import sbxc
+
+    return os.path.join(os.path.dirname(sbxc.__file__), "policies", name + ".yaml")
+
+
+def _file_sha(path: str) -> str:
+    if path.startswith("builtin:"):
+        path = _builtin_path(path[8:])
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        h = sha256()
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            h.update(b)
+        return h.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def _entry_valid(entry: dict, environ) -> bool:
+    from .launch import host_mismatch
+
+    pf = entry.get("plan")
+    if not isinstance(pf, dict):
+        return False
+    for name, value in entry.get("env", ()):
+        if environ.get(name) != value:
+            return False
+    for path, digest in entry.get("sources", ()):
+        if _file_sha(path) != digest:
+            return False
+    host = pf.get("host") or {}
+    if host_mismatch(host, environ):
+        return False
+    if pf.get("backend") == "landlock":
+        from .probe import landlock_abi
+
+        if host.get("landlock_abi") != landlock_abi():
+            return False
+    return True
+
+
+def plan_for_policy(policy, backend, network, environ, cwd: str, warn) -> dict:
+    """The plan for ``policy`` (None: discovery) with the flags, from the cache or compiled."""
+    ref = policy_ref(policy, cwd)
+    bwrap = _which_bwrap(environ)
+    key_src = "\x00".join((
+        __version__, ref, cwd, backend or "", network or "", str(os.getuid()),
+        environ.get("HOME", ""), bwrap, os.uname().machine,
+    ))
+    name = "p-" + _hex(key_src.encode("utf-8", "surrogateescape"))
+    dir_fd = open_plans_dir()
+    try:
+        if dir_fd >= 0:
+            entry = _read_entry(dir_fd, name)
+            if entry is not None and _entry_valid(entry, environ):
+                return entry["plan"]
+        entry = compile_entry(policy, backend, network, environ, cwd)
+        if dir_fd >= 0:
+            _write_entry(dir_fd, name, entry)
+        return entry["plan"]
+    finally:
+        if dir_fd >= 0:
+            os.close(dir_fd)
+
+
+def compile_entry(policy, backend, network, environ, cwd: str) -> dict:
+    """Compile (the slow path: imports the compiler); a Refusal (125) on errors, after the
+    diagnostics were printed."""
+    import json
+    import sys
+
+    from ..backends import lower
+    from ..compiler.api import compile_policy
+    from ..compiler.diagnostics import ERROR, diag, render_text
+    from ..compiler.report import NOT_ENFORCEABLE
+    from ..planfile import build, dumps
+    from .probe import probe_host
+
+    host = probe_host(environ)
+    overrides = {}
+    if backend:
+        overrides["backend"] = backend
+    if network:
+        overrides["network"] = network == "on"
+    res = compile_policy(policy, cwd=cwd, environ=environ, host=host, overrides=overrides)
+    diags = list(res.diagnostics)
+    lowered = None
+    if res.plan is not None:
+        try:
+            lowered = lower(res.backend, res.plan, host)
+        except ImportError as e:
+            raise Refusal(f"the {res.backend} backend is not part of this sbxc ({e})", "use another backend (sbxc doctor)") from None
+        for v in lowered.verdicts:
+            if v.status == NOT_ENFORCEABLE:
+                diags.append(diag("SBX050", v.span, backend=res.backend, subject=v.subject, why=v.why))
+    errors = [d for d in diags if d.severity == ERROR]
+    if errors or res.plan is None or lowered is None:
+        sys.stderr.write(render_text(errors or diags, res.lines, cwd))
+        raise Refusal(f"the policy {one_line(res.policy, 200)} has errors", "fix them (sbxc compile --check)")
+    pf = json.loads(dumps(build(res.plan, host, res.backend, lowered.data, lowered.verdicts)))
+    return {
+        "v": ENTRY_VERSION,
+        "plan": pf,
+        "sources": [[p, d] for p, d in res.sources],
+        "env": [[k, v] for k, v in res.env_used.items()],
+    }
