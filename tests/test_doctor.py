@@ -202,3 +202,24 @@ def test_clear_all_and_nothing_to_clear(base):
 def test_clear_usage_errors(base, args):
     r = sbxc("cache", "clear", "--root", str(base / "root"), *args)
     assert r.returncode == 2
+
+
+def test_root_entries_that_are_not_project_caches_are_left_alone(base):
+    root = base / "root"
+    (base / "p").mkdir()
+    make_cache(root, base / "p")
+    (root / "plans").mkdir(mode=0o700)  # the plan cache shares the root
+    (root / "plans" / "p-1").write_text("plan")
+    r = sbxc("doctor", "--root", str(root))
+    assert "  plans" not in r.stdout.splitlines()
+    r = sbxc("cache", "clear", "--all", "--root", str(root))
+    assert r.returncode == 0 and "cleared 1 project cache(s)" in r.stdout
+    assert os.listdir(root) == ["plans"] and (root / "plans" / "p-1").exists()
+
+
+@pytest.mark.parametrize("name,ok", [
+    (cache.project_id("/x/y"), True), ("plans", False), ("a-0123456789abcdeg", False),
+    ("-0123456789abcdef", False), ("a-0123456789abcdef.project", False), ("..", False),
+])
+def test_is_project_id(name, ok):
+    assert cachedir.is_project_id(name) is ok

@@ -92,7 +92,7 @@ def main(argv) -> int:
         sys.stderr.write("sbxc cache clear: give one of --project, --all, --id\n")
         return 2
     if args.id is not None:
-        if args.id in ("", ".", "..") or "/" in args.id or args.id.endswith(cachemod.MARKER_SUFFIX):
+        if not cachedir.is_project_id(args.id):
             sys.stderr.write(f"sbxc cache clear: {args.id!r} is not a project cache name\n")
             return 2
         pdir = os.path.join(root, args.id)
@@ -144,7 +144,13 @@ def _clear_all(root: str, root_fd: int) -> int:
             names = sorted(e.name for e in it)
     finally:
         os.close(fd)
-    for name in names:
+    # Project folders and their markers only: the root also holds the plan cache (plans/).
+    projects = [n for n in names if cachedir.is_project_id(n)]
+    for name in projects:
         cachedir.remove_tree(root_fd, name)  # unlinks files and links, removes folders
-    sys.stdout.write(f"cleared {len([n for n in names if not n.endswith(cachemod.MARKER_SUFFIX)])} project cache(s) in {root}\n")
+        try:
+            os.unlink(name + cachemod.MARKER_SUFFIX, dir_fd=root_fd)
+        except FileNotFoundError:
+            pass
+    sys.stdout.write(f"cleared {len(projects)} project cache(s) in {root}\n")
     return 0

@@ -114,7 +114,8 @@ def cache_lines(root: str, uid: int) -> list[str]:
         fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root_fd)
         try:
             with os.scandir(fd) as it:
-                names = sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+                # Only project folders: the root also holds markers and the plan cache.
+                names = sorted(e.name for e in it if cachedir.is_project_id(e.name))
         finally:
             os.close(fd)
         if not names:

@@ -60,6 +60,15 @@ THROWAWAY_BASES = ("/var/tmp", "/tmp")
 THROWAWAY_PREFIX = "sbxc-throwaway-"
 
 
+def is_project_id(name: str) -> bool:
+    """Whether ``name`` has the shape of a project folder (``<name>-<16 hex>``), as
+    ``sbxc.cache.project_id`` makes them. Other entries in the root (the plan cache in
+    ``plans``, markers) are not project caches."""
+    head, _, digest = name.rpartition("-")
+    return bool(head) and len(digest) == 16 and all(c in "0123456789abcdef" for c in digest) \
+        and not name.startswith(".")
+
+
 class CacheRefused(Refusal):
     """The run must not start (exit 125); ``exec_main`` prints ``line()`` as for any
     ``Refusal``."""
