@@ -122,6 +122,14 @@ def test_order_is_parents_first_even_when_plan_lists_children_first():
     assert text.index('(subpath "/Users/u")') < text.index('(subpath "/Users/u/.ssh")')
 
 
+def test_plan_order_is_not_trusted():
+    import dataclasses
+
+    plan = default_like()
+    shuffled = dataclasses.replace(plan, fs=tuple(reversed(plan.fs)))
+    assert lower(shuffled, HOST).data == lower(plan, HOST).data
+
+
 def test_system_baseline_only_where_the_policy_is_silent():
     full = lower(default_like(), HOST)
     assert full.data["baseline"]["read"] == []

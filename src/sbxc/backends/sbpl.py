@@ -30,7 +30,7 @@ from typing import Iterable, Optional
 from ..compiler.decide import _ALLOWED, decide
 from ..compiler.plan import (
     KIND_DIR, KIND_MISSING, MASK, NET_OFF, NET_ON, NET_RULES, NONE, READ, TMPFS, WRITE,
-    BUILTIN_SPAN, Plan, PathRule,
+    BUILTIN_SPAN, Plan, PathRule, fs_sort_key,
 )
 from ..compiler.report import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, Verdict, verdict
 from . import Lowered
@@ -213,8 +213,9 @@ def _parent_lists(plan: Plan, path: str) -> bool:
 
 def _rule_statements(rule: PathRule, expr: str) -> list[str]:
     """SBPL statements that decide every emitted operation for ``rule``'s subtree."""
-    subtree = rule.kind in (KIND_DIR, KIND_MISSING) or rule.access == TMPFS
-    flt = [_filter(expr, subtree)]
+    # Always a subtree, files too: the decision model gives a rule everything beneath its
+    # path, and a file replaced by a folder during the run must not escape the rule.
+    flt = [_filter(expr, True)]
     if rule.access == WRITE:
         return [_rule("allow", OPS_READ + OPS_WRITE + OPS_CONNECT, flt)]
     if rule.access == READ:
@@ -240,6 +241,9 @@ def _ports(lo: int, hi: int) -> Optional[list[str]]:
 
 
 def lower(plan: Plan, host) -> Lowered:
+    # The IR promises (depth, path) order; the profile's meaning depends on it, so make
+    # sure rather than trust it.
+    plan = _replace_fs(plan, tuple(sorted(plan.fs, key=fs_sort_key)))
     params = _Params()
     verdicts: list[Verdict] = []
     refuse: list[str] = []
@@ -366,6 +370,8 @@ def lower(plan: Plan, host) -> Lowered:
             "read": system,
             "devices": [[p, s, w] for p, s, w in DEVICES if decide(plan, p).access not in (MASK, TMPFS)],
             "metadata": anc,
+            # Network on includes name lookups, whatever the file rules say of the socket.
+            "connect": [MDNS_SOCKET] if not no_dns else [],
         },
         # Unix sockets whose connect is denied although the policy's rules allow it.
         "deny_connect": [MDNS_SOCKET] if no_dns else [],
@@ -421,7 +427,8 @@ _TMPFS_WHY = ("Seatbelt cannot mount a private folder: the path is denied (nothi
 def _network(plan: Plan, verdicts: list) -> list[str]:
     net = plan.network
     if net.mode == NET_ON:
-        verdicts.append(verdict(BACKEND, "network: true", ENFORCED, net.span))
+        verdicts.append(verdict(BACKEND, "network: true", ENFORCED, net.span,
+                                "includes name lookups through mDNSResponder's socket"))
         return [
             "(allow network-outbound (remote ip))",
             "(allow network-inbound (local ip))",

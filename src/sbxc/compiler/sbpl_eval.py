@@ -347,7 +347,8 @@ def _under(path: str, base: str) -> bool:
     return path == base or path.startswith(base.rstrip("/") + "/")
 
 
-def disagreement(plan, data: dict, verdicts, profile: Profile, path: str, op: str) -> str:
+def disagreement(plan, data: dict, verdicts, profile: Profile, path: str, op: str,
+                 params: Optional[Mapping[str, str]] = None) -> str:
     """Why the profile's answer for (path, op) differs from ``decide`` without being
     declared; empty when they agree or the difference is declared.
 
@@ -365,6 +366,12 @@ def disagreement(plan, data: dict, verdicts, profile: Profile, path: str, op: st
     base = data.get("baseline", {})
     if got and not want:
         if op in ("read", "list", "exec") and any(_under(path, b) for b in base.get("read", ())):
+            return ""
+        if op == "connect" and path in base.get("connect", ()):
+            return ""
+        # The per-run folder standing in for tmpfs: new and empty, nothing of the host.
+        run_tmp = (params or {}).get("SBXC_RUN_TMP")
+        if run_tmp and _under(path, run_tmp):
             return ""
         for dev, subtree, writable in base.get("devices", ()):
             if (path == dev or (subtree and _under(path, dev))) and (
