@@ -47,8 +47,10 @@ def policy_cache(project: str) -> tuple[str, str] | None:
     except ImportError:
         return None
     try:
-        result = compile_policy(policy=None, cwd=project)
-        plan = getattr(result, "plan", None)
+        from ..runtime.probe import probe_host
+
+        result = compile_policy(None, cwd=project, environ=os.environ, host=probe_host(os.environ, full=False))
+        plan = result.plan
         if plan is not None and plan.cache.enabled:
             return plan.cache.root, plan.cache.dir
     except Exception:  # a broken policy must not keep anyone from finding or clearing a cache
