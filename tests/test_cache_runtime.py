@@ -134,6 +134,9 @@ def assert_throwaway(setup, c, problem):
     assert setup.relocate(c["root"]) == troot
     assert setup.relocate(c["dir"]) == setup.dir
     assert setup.relocate(c["root"] + "x") == c["root"] + "x"
+    # other things under the root (the plan cache, a sibling project) stay where they are
+    assert setup.relocate(c["root"] + "/plans") == c["root"] + "/plans"
+    assert setup.relocate(c["dir"] + "x/y") == c["dir"] + "x/y"
     argv = ["--tmpfs", c["root"], "--bind", c["dir"], c["dir"], "--", "ls", c["dir"]]
     assert setup.relocate_argv(argv) == ["--tmpfs", troot, "--bind", setup.dir, setup.dir, "--", "ls", c["dir"]]
     assert os.listdir(setup.dir) and all(not os.listdir(v) for _k, v in setup.env)  # empty

@@ -28,9 +28,9 @@ cache["dir"]`` tells), then call ``cleanup``.
 When the folder passes its checks nothing is relocated: ``setup.dir`` is the planned
 folder. When it does not, ``prepare`` makes a throwaway root ``T`` (a fresh 0700 folder
 with a random name in ``/var/tmp``, or ``/tmp``) holding ``T/{project-id}``, and
-``relocate`` swaps the planned root for ``T`` in every path at or below it: the ``mask``
-of the root and the ``write`` of the project folder, the bwrap bind arguments and the
-environment all move together, so the sandbox sees the throwaway where the plan would
+``relocate`` swaps the planned root for ``T`` in the root itself and in every path at or
+below the project folder: the ``mask`` of the root and the ``write`` of the project
+folder, the bwrap bind arguments and the environment all move together, so the sandbox sees the throwaway where the plan would
 have shown the cache, and nothing refers to the suspect folder any more. Only sbxc's
 own planned paths are relocated; the command's argv (after ``--``) is left alone.
 
@@ -434,9 +434,9 @@ def _remove_throwaway(base: str, name: str, uid: int) -> None:
 class CacheSetup:
     """What ``prepare`` decided: see the module docstring for how the runtime uses it."""
 
-    __slots__ = ("dir", "warning", "cleanup", "env", "planned_root", "actual_root")
+    __slots__ = ("dir", "warning", "cleanup", "env", "planned_root", "actual_root", "pid")
 
-    def __init__(self, dir, warning, cleanup, env, planned_root, actual_root):
+    def __init__(self, dir, warning, cleanup, env, planned_root, actual_root, pid=""):
         self.dir = dir
         """The project's cache folder this run uses (None when caching is off)."""
         self.warning = warning
@@ -447,18 +447,23 @@ class CacheSetup:
         """[(name, value)] of the cache variables for the sandboxed command only."""
         self.planned_root = planned_root
         self.actual_root = actual_root
+        self.pid = pid
 
     def __iter__(self):
         return iter((self.dir, self.warning, None if self.cleanup is _noop else self.cleanup))
 
     def relocate(self, path: str) -> str:
-        """``path`` moved into the throwaway when it lies at or under the planned root."""
+        """``path`` moved into the throwaway when it is the planned root (its mask) or lies
+        at or under the planned project folder (its bind, the tools' subfolders). Nothing
+        else moves: a root chosen above other rule paths (``/var/tmp`` itself, say) must
+        not drag the project or the plan cache along."""
         old, new = self.planned_root, self.actual_root
         if not old or old == new:
             return path
         if path == old:
             return new
-        if path.startswith(old + "/"):
+        pdir = old + "/" + self.pid
+        if path == pdir or path.startswith(pdir + "/"):
             return new + path[len(old):]
         return path
 
@@ -503,7 +508,7 @@ def prepare(cache: dict, project: str = "", uid: int | None = None) -> CacheSetu
         if cache.get("required"):
             raise CacheRefused(f"{problem}, and cache.required is set", fix) from None
         base, name, troot = _make_throwaway(uid, pid, _subdirs(cache))
-        setup = CacheSetup(f"{troot}/{pid}", None, None, env, root, troot)
+        setup = CacheSetup(f"{troot}/{pid}", None, None, env, root, troot, pid)
         setup.env = [(k, setup.relocate(v)) for k, v in env]
         setup.warning = one_line(f"sbxc: warning: {problem}; this run uses an empty throwaway cache "
                                  f"(deleted afterwards); fix: {fix}")
@@ -515,4 +520,4 @@ def prepare(cache: dict, project: str = "", uid: int | None = None) -> CacheSetu
     finally:
         os.close(proj_fd)
         os.close(root_fd)
-    return CacheSetup(planned, None, None, env, root, root)
+    return CacheSetup(planned, None, None, env, root, root, pid)
