@@ -18,6 +18,9 @@ from .plan import Plan, Span
 POLICY_NAME = "sandbox.policy.yaml"
 DEFAULT_POLICY = "builtin:default"
 COMMAND_LINE = Span("<command line>", 0, 0)
+# A file that could not be loaded, or whose format or extends chain is broken.
+_FATAL = frozenset({"SBX001", "SBX002", "SBX003", "SBX004", "SBX005", "SBX006", "SBX008", "SBX009",
+                    "SBX016", "SBX017", "SBX021", "SBX022", "SBX024"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +176,9 @@ def compile_policy(policy_path: Optional[str], *, cwd: str, environ: Mapping[str
     _apply_overrides(m, overrides, diags)
     ctx = Context(environ=environ, uid=host.uid, home_fallback=host.home, cwd=cwd, paths=paths)
     plan = None
-    if not has_errors(diags):
+    # Semantic checks still run after key or rule errors (every problem in one run), but
+    # not when a file could not be read at all: its absence would only cause noise.
+    if not any(d.code in _FATAL for d in diags):
         plan = normalize(m, ctx, root_dir)
         diags.extend(ctx.diags)
     requested = m.settings["backend"].value if "backend" in m.settings else "auto"

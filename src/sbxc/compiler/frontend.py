@@ -278,7 +278,11 @@ def load_yaml(src: SourceFile, diags: list[Diagnostic]) -> Optional[YNode]:
         if "\t" in why or "tab" in why:
             hint = "YAML indentation must use spaces, not tabs"
         span = point(src.path, m.line + 1, m.column + 1) if m else point(src.path, 1, 1)
-        diags.append(diag("SBX005", span, why=why or "invalid YAML", hint=hint))
+        related = []
+        c = e.context_mark
+        if c is not None and m is not None and (c.line, c.column) != (m.line, m.column) and e.context:
+            related.append(Related(point(src.path, c.line + 1, c.column + 1), e.context))
+        diags.append(diag("SBX005", span, why=e.problem or why or "invalid YAML", hint=hint, related=related))
         return None
     except yaml.YAMLError as e:
         diags.append(diag("SBX005", point(src.path, 1, 1), why=str(e).splitlines()[0] if str(e) else "invalid YAML"))
@@ -573,25 +577,30 @@ def describe_value(v) -> str:
     return str(v)
 
 
-def _loosening(key: str, old, new, added) -> str:
-    """Why going from ``old`` to ``new`` (``added`` for joined lists) loosens a locked key; "" if it does not."""
+def _loosening(key: str, old, new, added) -> tuple[str, Optional[Span]]:
+    """Why going from ``old`` to ``new`` (``added`` for joined lists) loosens a locked key
+    ("" if it does not), and the rule to point at when it is one item of a list."""
     if key == "network":
         lo, ln = _net_level(old), _net_level(new)
         if ln > lo:
-            return f"sets network: {describe_value(new)}, looser than {describe_value(old)}"
+            return f"sets network: {describe_value(new)}, looser than {describe_value(old)}", None
         if lo == ln == 1:
             extra = [r for r in new if not _net_covered(r, old)]
             if extra:
-                return f"allows {extra[0].text}, which the locked rules do not"
-        return ""
-    if key == "home":
-        if _HOME_ORDER.get(new, 2) > _HOME_ORDER.get(old, 2):
-            return f"sets home: {new}, looser than {old}"
-        return ""
+                return f"allows {extra[0].text}, which the locked rules do not", extra[0].span
+        return "", None
     if key == "filesystem":
         loose = [r for r in added if r.verb != "mask"]
         if loose:
-            return f"adds \"{loose[0].text}\"; only mask rules may be added to a locked filesystem"
+            return f"adds \"{loose[0].text}\"; only mask rules may be added to a locked filesystem", loose[0].span
+        return "", None
+    return _loosening_scalar(key, old, new, added), None
+
+
+def _loosening_scalar(key: str, old, new, added) -> str:
+    if key == "home":
+        if _HOME_ORDER.get(new, 2) > _HOME_ORDER.get(old, 2):
+            return f"sets home: {new}, looser than {old}"
         return ""
     if key in ("syscalls.deny",):
         return ""
@@ -655,9 +664,9 @@ def apply_document(m: Merged, doc, base_dir: str, diags: list[Diagnostic]) -> No
         else:
             merged_value = value
         if lock_span is not None:
-            why = _loosening(key, old, merged_value if key != "network" else value, added)
+            why, at = _loosening(key, old, merged_value if key != "network" else value, added)
             if why:
-                diags.append(_locked_diag(top, why, key_span, lock_span, prev))
+                diags.append(_locked_diag(top, why, at or key_span, lock_span, prev))
                 continue
             if key == "network" and isinstance(value, list) and isinstance(old, list):
                 merged_value = value  # a locked rule list may only narrow: the later list replaces it

@@ -93,23 +93,28 @@ class HostPaths:
         st = self.lstat(real)
         return KIND_MISSING if st is None else st.kind
 
-    def symlink_on_way(self, path: str) -> Optional[tuple[str, str]]:
-        """The first component of ``path`` (lexically normal) that is an untrusted symlink: (link, target)."""
+    def symlink_on_way(self, path: str, user_dirs=()) -> Optional[tuple[str, str]]:
+        """The first component of ``path`` (lexically normal) that is an untrusted symlink: (link, target).
+
+        ``user_dirs`` (project, home): links inside them are never trusted, whoever owns them.
+        """
         cur = ""
         for part in [p for p in path.split("/") if p]:
             cur = cur + "/" + part
             st = self.lstat(cur)
             if st is None:
                 return None
-            if st.kind == "symlink" and not self._trusted_link(cur, st):
+            if st.kind == "symlink" and not self._trusted_link(cur, st, user_dirs):
                 return cur, self.realpath(cur)
         return None
 
-    def _trusted_link(self, link: str, st: PathStat) -> bool:
+    def _trusted_link(self, link: str, st: PathStat, user_dirs) -> bool:
         # A link only root can change (owned by root, in a folder owned by root that no one
         # else can write) is part of the system layout, e.g. macOS /tmp -> private/tmp or
-        # Debian's /var/run -> /run: it cannot be pointed at the host by the command.
-        if st.uid != 0:
+        # Debian's /var/run -> /run: it cannot be pointed at the host by the command. Inside
+        # the project or the home folder a link is content (a cloned repository can carry
+        # one), so it is never trusted there, even when the caller is root.
+        if st.uid != 0 or any(is_within(link, d) for d in user_dirs if d):
             return False
         parent = self.lstat(posixpath.dirname(link) or "/")
         return parent is not None and parent.kind == KIND_DIR and parent.uid == 0 and not (parent.mode & 0o022)
@@ -337,12 +342,13 @@ def normalize(m: Merged, ctx: Context, root_dir: str) -> Optional[Plan]:
 
     # Writable rules naming a path with no symlink on the way: a symlinked rule that
     # resolves onto one of these adds nothing the policy did not already grant by name.
+    user_dirs = (project or "", home, project_real, home_real)
     named_targets = {(rule.verb, lex) for rule, pa, lex in expanded
-                     if rule.verb in (WRITE, TMPFS) and ctx.paths.symlink_on_way(lex) is None}
+                     if rule.verb in (WRITE, TMPFS) and ctx.paths.symlink_on_way(lex, user_dirs) is None}
     for rule, pa, lex in expanded:
         quiet = False
         if rule.verb in (WRITE, TMPFS):
-            hit = ctx.paths.symlink_on_way(lex)
+            hit = ctx.paths.symlink_on_way(lex, user_dirs)
             if hit is not None:
                 link, target = hit
                 real = ctx.paths.realpath(lex)

@@ -203,11 +203,8 @@ def _check(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
             return None
         return Located(v, node.span)
     if not isinstance(v, str):
-        if k == "enum" and v is not None and not isinstance(v, (bool, float)):
-            v = str(v)
-        else:
-            diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
-            return None
+        diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
+        return None
     if k == "str":
         if "\x00" in v:
             diags.append(diag("SBX038", node.span))
