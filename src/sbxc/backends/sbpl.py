@@ -427,8 +427,7 @@ _TMPFS_WHY = ("Seatbelt cannot mount a private folder: the path is denied (nothi
 def _network(plan: Plan, verdicts: list) -> list[str]:
     net = plan.network
     if net.mode == NET_ON:
-        verdicts.append(verdict(BACKEND, "network: true", ENFORCED, net.span,
-                                "includes name lookups through mDNSResponder's socket"))
+        verdicts.append(verdict(BACKEND, "network: true", ENFORCED, net.span))
         return [
             "(allow network-outbound (remote ip))",
             "(allow network-inbound (local ip))",
@@ -440,9 +439,7 @@ def _network(plan: Plan, verdicts: list) -> list[str]:
         ]
     if net.mode == NET_OFF:
         # The mDNSResponder socket is denied after the filesystem rules (see lower).
-        verdicts.append(verdict(BACKEND, "network: false", ENFORCED, net.span,
-                                "name lookups through mDNSResponder's socket are denied too, "
-                                "whatever the filesystem rules allow"))
+        verdicts.append(verdict(BACKEND, "network: false", ENFORCED, net.span))
         return ["; Off: (deny default) refuses every IP socket operation; Unix-socket connects",
                 "; follow the filesystem rules below."]
     lines = []
