@@ -64,12 +64,15 @@ def _own_cases():
 
 
 def _shared_cases():
-    """tests/live/cases.py, owned by the Landlock tests: (plan, path, op) triples."""
+    """tests/live/cases.py (shared with the Linux backends' live tests), or None."""
     here = pathlib.Path(__file__).parent / "live" / "cases.py"
     if not here.exists():
         return None
+    import sys
+
     spec = importlib.util.spec_from_file_location("sbxc_live_cases", here)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look themselves up there
     spec.loader.exec_module(mod)
     return mod
 
@@ -112,38 +115,18 @@ def test_the_comparison_catches_an_undeclared_narrowing():
     assert disagreement(plan, low.data, low.verdicts, prof, PROJ + "/src/a.c", "write")
 
 
-def test_shared_cases():
+# A root that need not exist: lowering and deciding are pure.
+SHARED_ROOT = "/private/var/tmp/sbxc-cases"
+
+
+@pytest.mark.parametrize("network", ["on", "off"])
+def test_shared_cases(network):
+    """The same (path, op) cases the Linux backends answer in tests/live/test_cross_backend.py."""
     mod = _shared_cases()
     if mod is None:
         pytest.skip("tests/live/cases.py is not in the tree yet")
-    cases = getattr(mod, "CASES", None)
-    if cases is None:
-        pytest.skip("tests/live/cases.py has no CASES list")
-    by_plan = {}
-    checked = 0
-    for case in cases:
-        plan, path, op = _unpack(case)
-        if plan is None:
-            continue
-        by_plan.setdefault(id(plan), (plan, []))[1].append((path, op))
-    problems = []
-    for plan, items in by_plan.values():
-        problems += _check(plan, items)
-        checked += len(items)
-    if not checked:
-        pytest.skip("no case in tests/live/cases.py carries a Plan this test can lower")
+    plan = mod.make_plan(mod.shared_rules(SHARED_ROOT), project=SHARED_ROOT + "/proj", network=network)
+    items = [(mod.case_path(SHARED_ROOT, rel), op) for _name, rel, op in mod.CASES if op in OPS]
+    assert len(items) >= 20
+    problems = _check(plan, items)
     assert not problems, "\n".join(problems[:20])
-
-
-def _unpack(case):
-    """Accept (plan, path, op) tuples or objects with .plan/.path/.op; a policy given as
-    a callable is called to get its Plan."""
-    if isinstance(case, tuple) and len(case) >= 3:
-        plan, path, op = case[0], case[1], case[2]
-    else:
-        plan, path, op = getattr(case, "plan", None), getattr(case, "path", None), getattr(case, "op", None)
-    if callable(plan):
-        plan = plan()
-    if not hasattr(plan, "fs") or op not in OPS:
-        return None, None, None
-    return plan, path, op
