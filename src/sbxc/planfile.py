@@ -44,8 +44,10 @@ def runtime_section(plan: Plan) -> dict:
         },
         "network": plan.network.mode,
         # Re-checked at run time: a path that became a symlink (or changed kind) since
-        # compile time makes the run refuse (125).
-        "checks": [[r.path, r.kind, r.access] for r in plan.fs if r.kind != "missing"],
+        # compile time makes the run refuse (125). Not the cache's rules: runtime/cachedir
+        # checks those folders itself and falls back to a throwaway cache (SPEC §6).
+        "checks": [[r.path, r.kind, r.access] for r in plan.fs
+                   if r.kind != "missing" and r.origin != "cache"],
     }
 
 
