@@ -260,7 +260,7 @@ def load_yaml(src: SourceFile, diags: list[Diagnostic]) -> Optional[YNode]:
         try:
             node = loader.get_single_node()
         except yaml.composer.ComposerError as e:
-            if "expected a single document" in str(e.problem or ""):
+            if "single document" in f"{e.context} {e.problem}":
                 m = e.problem_mark
                 diags.append(diag("SBX009", point(src.path, m.line + 1, m.column + 1) if m else None))
                 return None
@@ -275,7 +275,7 @@ def load_yaml(src: SourceFile, diags: list[Diagnostic]) -> Optional[YNode]:
         m = e.problem_mark or e.context_mark
         why = " ".join(x for x in (e.context, e.problem) if x)
         hint = ""
-        if "\t" in why or "tab" in why:
+        if m is not None and src.line_text(m.line + 1)[m.column:m.column + 1] == "\t":
             hint = "YAML indentation must use spaces, not tabs"
         span = point(src.path, m.line + 1, m.column + 1) if m else point(src.path, 1, 1)
         related = []
