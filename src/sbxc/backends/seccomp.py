@@ -149,23 +149,37 @@ def _native_arch(s, arch: str) -> int:
     return table[arch]
 
 
+def _aligned_blocks(allowed: tuple[int, ...], limit: int) -> list[tuple[int, int]]:
+    """The values in [0, limit) not in ``allowed``, as power-of-two aligned blocks
+    (base, size): each block is one masked comparison instead of ``size`` of them."""
+    out = []
+    v = 0
+    while v < limit:
+        if v in allowed:
+            v += 1
+            continue
+        size = 1
+        while (v % (size * 2) == 0 and v + size * 2 <= limit
+               and not any(a in allowed for a in range(v, v + size * 2))):
+            size *= 2
+        out.append((v, size))
+        v += size
+    return out
+
+
 def _deny_values(s, f, action, syscall: str, argno: int, allowed: tuple[int, ...], limit: int, *, mask: int = 0, extra=()):
     """Refuse ``syscall`` unless argument ``argno`` is one of ``allowed``.
 
     libseccomp accepts one comparison per argument in a rule and has no "not in", so the
-    complement is written out: each value below ``limit`` that is not allowed, plus
-    everything at or above ``limit`` (the full 64-bit register is compared, so a value
-    with high bits set, which the kernel would truncate to an int, lands there too).
+    complement is written out as aligned blocks (``arg & ~(size-1) == base``), plus
+    everything at or above ``limit``: the full 64-bit register is compared, so a value
+    with high bits set, which the kernel would truncate to an int, lands there too.
     With ``mask`` the comparison is on ``arg & mask`` (no upper-range rule then).
     ``extra`` are further conditions on other arguments that every rule carries.
     """
-    for v in range(limit):
-        if v in allowed:
-            continue
-        if mask:
-            f.add_rule(action, syscall, s.Arg(argno, s.MASKED_EQ, mask, v), *extra)
-        else:
-            f.add_rule(action, syscall, s.Arg(argno, s.EQ, v), *extra)
+    full = mask or 0xFFFFFFFFFFFFFFFF
+    for base, size in _aligned_blocks(allowed, limit):
+        f.add_rule(action, syscall, s.Arg(argno, s.MASKED_EQ, full & ~(size - 1), base), *extra)
     if not mask:
         f.add_rule(action, syscall, s.Arg(argno, s.GE, limit), *extra)
 
@@ -185,10 +199,8 @@ def _socket_rules(s, f, eperm, syscalls: SyscallPlan, network: Network) -> None:
         for fam in (AF_INET, AF_INET6):
             fam_is = s.Arg(0, s.EQ, fam)
             _deny_values(s, f, eperm, "socket", 1, (SOCK_STREAM,), SOCK_TYPE_MASK + 1, mask=SOCK_TYPE_MASK, extra=(fam_is,))
-            # protocol: refuse 1..5 and everything above 6 (64-bit compare: any high bit too).
-            for proto in range(1, IPPROTO_TCP):
-                f.add_rule(eperm, "socket", fam_is, s.Arg(2, s.EQ, proto))
-            f.add_rule(eperm, "socket", fam_is, s.Arg(2, s.GT, IPPROTO_TCP))
+            # protocol: only 0 or IPPROTO_TCP (64-bit compare: any high bit is refused too).
+            _deny_values(s, f, eperm, "socket", 2, (0, IPPROTO_TCP), IPPROTO_TCP + 1, extra=(fam_is,))
         if not any(r.op == "bind" for r in network.rules):
             # An unbound TCP socket that listens gets an ephemeral port without passing
             # the bind hook; with no bind rule nothing may listen at all.
