@@ -111,8 +111,14 @@ def lower(plan: Plan, host) -> Lowered:
         seq += 1
         ops.append(((path_depth(path), path, seq), args))
 
-    for own in _OWN_MOUNTS:
-        add(own, ["--proc", own] if own == "/proc" else ["--dev", own])
+    add("/proc", ["--proc", "/proc"])
+    # bwrap makes /proc/sys read-only only when it finds the folder writable, and for uid 0
+    # in a user namespace the folder is not (0555) while files in it are (drop_caches has
+    # no capability check, only the owner's write bit). So: cover it ourselves. The source
+    # is the host's /proc/sys, which shows the same values: a sysctl file answers for the
+    # namespaces of the process that opens it, not for the mount it was reached through.
+    add("/proc/sys", ["--ro-bind", "/proc/sys", "/proc/sys"])
+    add("/dev", ["--dev", "/dev"])
 
     for rule in plan.fs:
         subj = _subject(rule, plan)

@@ -1,0 +1,232 @@
+"""Fixtures for live tests: real sandboxes on this kernel, run through ``sbxc exec``.
+
+Reusable by every backend's live tests:
+
+- ``bwrap_works``: skips (with the reason) where bwrap is missing or cannot make its
+  namespaces. CI installs bwrap and allows user namespaces, so nothing skips there.
+- ``project``: an empty project folder (with ``src/``, ``.git/hooks/``, a file or two).
+- ``home``: a fake home folder with ``~/.ssh/id_rsa``, ``~/.aws/credentials``,
+  ``~/.netrc``, ``~/.config/tool/settings``, used as ``$HOME`` for sbxc.
+- ``sbxc``: ``sbxc(policy_text, *cmd, args=(), env=None, ...) -> Result(rc, out, err)``
+  writes the policy into the project and runs ``sbxc exec --policy`` on it.
+- ``tcp_server``: a TCP server on 127.0.0.1 (the host's loopback) answering ``pong``;
+  ``.port``, ``.hits``. Its thread ends with the test (bounded accept timeout).
+- ``unix_server``: factory ``unix_server(path) -> server`` for a Unix socket answering
+  ``pong``; removed afterwards.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src")
+PYTHON = sys.executable
+TIMEOUT = 60
+
+
+class Result:
+    __slots__ = ("rc", "out", "err")
+
+    def __init__(self, rc, out, err):
+        self.rc, self.out, self.err = rc, out, err
+
+    def __iter__(self):
+        return iter((self.rc, self.out, self.err))
+
+    def __repr__(self):
+        return f"Result(rc={self.rc}, out={self.out[-2000:]!r}, err={self.err[-2000:]!r})"
+
+
+def sbxc_argv(*args) -> list:
+    """The command line that runs sbxc from this checkout (no install needed)."""
+    return [PYTHON, "-m", "sbxc", *args]
+
+
+def base_env(home: str, extra=None) -> dict:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": SRC,
+    }
+    env.update(extra or {})
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def run(argv, *, env, cwd, stdin=subprocess.DEVNULL, pass_fds=(), timeout=TIMEOUT) -> Result:
+    p = subprocess.run(argv, env=env, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       pass_fds=pass_fds, timeout=timeout)
+    return Result(p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace"))
+
+
+@pytest.fixture(scope="session")
+def bwrap_works():
+    sys.path.insert(0, SRC) if SRC not in sys.path else None
+    from sbxc.runtime.probe import userns_works, which
+
+    bwrap = which("bwrap", os.environ)
+    if not bwrap:
+        pytest.skip("bwrap is not installed")
+    ok, why = userns_works(bwrap)
+    if not ok:
+        pytest.skip(f"bwrap cannot make namespaces here: {why}")
+    return bwrap
+
+
+@pytest.fixture
+def project(tmp_path):
+    p = tmp_path / "project"
+    (p / "src").mkdir(parents=True)
+    (p / ".git" / "hooks").mkdir(parents=True)
+    (p / ".git" / "config").write_text("[core]\n")
+    (p / "README").write_text("hello\n")
+    return str(p.resolve())
+
+
+@pytest.fixture
+def home(tmp_path):
+    h = tmp_path / "home"
+    (h / ".ssh").mkdir(parents=True)
+    (h / ".ssh" / "id_rsa").write_text("PRIVATE KEY\n")
+    (h / ".aws").mkdir()
+    (h / ".aws" / "credentials").write_text("[default]\naws_secret_access_key=SECRET\n")
+    (h / ".netrc").write_text("machine example.com password SECRET\n")
+    (h / ".config" / "tool").mkdir(parents=True)
+    (h / ".config" / "tool" / "settings").write_text("visible\n")
+    return str(h.resolve())
+
+
+@pytest.fixture
+def sbxc(bwrap_works, project, home):
+    """Run ``sbxc exec`` with a policy text (None: no policy file, builtin:default)."""
+
+    def go(policy, *cmd, args=(), env=None, cwd=None, stdin=subprocess.DEVNULL, pass_fds=(),
+           policy_name="sandbox.policy.yaml", timeout=TIMEOUT) -> Result:
+        ppath = os.path.join(project, policy_name)
+        if policy is not None:
+            with open(ppath, "w") as f:
+                f.write(policy)
+            flags = ["--policy", ppath]
+        else:
+            flags = []
+        return run(sbxc_argv("exec", *flags, *args, "--", *cmd), env=base_env(home, env),
+                   cwd=cwd or project, stdin=stdin, pass_fds=pass_fds, timeout=timeout)
+
+    go.project = project
+    go.home = home
+    return go
+
+
+class _TCPServer:
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.hits = 0
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        deadline_loops = int(TIMEOUT * 5 * 4)  # bounded: never outlives a slow test by much
+        for _ in range(deadline_loops):
+            if self._stop.is_set():
+                break
+            try:
+                c, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            self.hits += 1
+            try:
+                c.settimeout(2)
+                c.sendall(b"pong\n")
+            except OSError:
+                pass
+            finally:
+                c.close()
+
+    def close(self):
+        self._stop.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+@pytest.fixture
+def tcp_server():
+    s = _TCPServer()
+    yield s
+    s.close()
+
+
+class _UnixServer(_TCPServer):
+    def __init__(self, path):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.hits = 0
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        super().close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+@pytest.fixture
+def unix_server():
+    made = []
+
+    def make(path):
+        s = _UnixServer(path)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def snapshot(*roots, depth=3) -> set:
+    """Names (with kind) under each root, ``depth`` levels deep, for before/after checks."""
+    out = set()
+    for root in roots:
+        base = root.rstrip("/") or "/"
+        for dirpath, dirnames, filenames in os.walk(base):
+            rel = os.path.relpath(dirpath, base)
+            if rel != "." and rel.count(os.sep) >= depth:
+                dirnames[:] = []
+                continue
+            for n in dirnames:
+                out.add((root, os.path.join(rel, n), "d"))
+            for n in filenames:
+                out.add((root, os.path.join(rel, n), "f"))
+    return out
+
+
+@pytest.fixture
+def have():
+    """``have("firejail")``: the path of a host program, or skip with the reason."""
+
+    def need(name):
+        p = shutil.which(name)
+        if not p:
+            pytest.skip(f"{name} is not installed")
+        return p
+
+    return need
