@@ -404,3 +404,19 @@ def test_doctor_size_matches_du_and_clear_empties(ws, backend):
     assert os.listdir(d) == []
     r = sh(proj, backend, 'ls -A "$XDG_CACHE_HOME"; echo END')
     assert r.returncode == 0 and r.stdout.strip() == "END"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_home_stays_read_only_with_caches_on(ws, backend):
+    proj = ws.project("proj")
+    home = os.path.expanduser("~")
+    probe_name = f"sbxc-cache-probe-{os.getpid()}"
+    r = sh(proj, backend, f'touch "$HOME/{probe_name}" && echo WROTE-HOME; touch "$XDG_CACHE_HOME/ok" && echo WROTE-CACHE')
+    try:
+        assert "WROTE-HOME" not in r.stdout and "WROTE-CACHE" in r.stdout, r.stdout + r.stderr
+        assert not os.path.lexists(os.path.join(home, probe_name))
+    finally:
+        if os.path.lexists(os.path.join(home, probe_name)):
+            os.unlink(os.path.join(home, probe_name))
+    for k, v in cache.cache_env(cache.DEFAULT_TOOLS, ws.cache_dir(proj)):
+        assert not v.startswith(home.rstrip("/") + "/"), k
