@@ -115,3 +115,23 @@ def test_marker_suffix_agrees():
 
     assert cachedir.MARKER_SUFFIX == cache.MARKER_SUFFIX
     assert os.sep == "/"
+
+
+from hypothesis import given, settings, strategies as st
+
+_component = st.text(alphabet=st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)),
+                     min_size=1, max_size=30).filter(lambda c: c not in (".", ".."))
+_paths = st.lists(_component, min_size=1, max_size=5).map(lambda cs: "/" + "/".join(cs))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_paths, _paths)
+def test_project_id_property(a, b):
+    ia, ib = cache.project_id(a), cache.project_id(b)
+    for pid in (ia, ib):
+        assert set(pid) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+        assert not pid.startswith(".") and len(pid) <= 57
+        from sbxc.runtime.cachedir import is_project_id
+
+        assert is_project_id(pid)
+    assert (ia == ib) == (a == b)
