@@ -127,6 +127,7 @@ def syscall_known(name: str) -> bool:
 
 # ---------------------------------------------------------------- checking
 
+_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_GLOB = re.compile(r"[A-Za-z0-9_*?]+")
 
@@ -169,7 +170,11 @@ def _check(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
                 if not isinstance(vn, YScalar) or isinstance(vn.value, bool) or vn.value is None:
                     diags.append(diag("SBX011", vn.span, key=f"{key}.{name}", expected="a string", got=type_name(vn)))
                     continue
-                out[name] = Located(str(vn.value) if not isinstance(vn.value, str) else vn.value, vn.span, kn.span)
+                text = str(vn.value) if not isinstance(vn.value, str) else vn.value
+                if _BAD_CHARS.search(text):
+                    diags.append(diag("SBX038", vn.span))
+                    continue
+                out[name] = Located(text, vn.span, kn.span)
                 continue
             sub = f.fields.get(name) if isinstance(name, str) else None
             if sub is None:
@@ -205,10 +210,12 @@ def _check(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
     if not isinstance(v, str):
         diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
         return None
+    # Escapes in quoted YAML can produce what the file itself may not hold: NUL, lone
+    # surrogates. Neither can be a path or a name.
+    if _BAD_CHARS.search(v):
+        diags.append(diag("SBX038", node.span))
+        return None
     if k == "str":
-        if "\x00" in v:
-            diags.append(diag("SBX038", node.span))
-            return None
         return Located(v, node.span)
     if k == "enum":
         if v not in f.choices:
