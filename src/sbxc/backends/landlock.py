@@ -77,7 +77,9 @@ def _dropped_missing_masks(plan: Plan) -> set[str]:
     """
     out = set()
     for r in plan.fs:
-        if r.access == MASK and r.kind == KIND_MISSING:
+        # The cache root is made at run time (runtime/cachedir.py): its mask must stay a
+        # real rule, so the folder that appears gets nothing from the parent's grant.
+        if r.access == MASK and r.kind == KIND_MISSING and r.origin != "cache":
             parent = r.path.rsplit("/", 1)[0] or "/"
             if decide(plan, parent).access in (READ, MASK, NONE):
                 out.add(r.path)
