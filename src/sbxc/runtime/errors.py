@@ -70,6 +70,11 @@ BWRAP_FAILURES: tuple[tuple[str, str, str], ...] = (
         "run outside that sandbox or use --backend landlock",
     ),
     (
+        "Can't mount proc",
+        "the kernel refused bwrap a fresh /proc (an outer sandbox or container hides parts of its /proc)",
+        "run outside that sandbox, or use --backend landlock",
+    ),
+    (
         "Can't find source path",
         "a path in the plan is gone since it was compiled",
         "recompile the plan (sbxc compile -o PLAN) or use --policy",

@@ -1,0 +1,191 @@
+"""Fail closed: every doubt before the command starts is exit 125, one ``sbxc:`` line, and
+the command never ran (it would have made a marker file). Each case has a control run
+that shows the same command does run (and makes the marker) when nothing is wrong."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SRC, base_env, run, sbxc_argv
+
+pytestmark = pytest.mark.live
+
+POLICY = "sbxc: 1\nextends: [builtin:default]\nbackend: bwrap\nnetwork: {net}\nfilesystem:\n  - read {{project}}/data\n"
+
+
+@pytest.fixture
+def setup(bwrap_works, project, home, tmp_path):
+    os.mkdir(os.path.join(project, "data"))
+    ppath = os.path.join(project, "sandbox.policy.yaml")
+    with open(ppath, "w") as f:
+        f.write(POLICY.format(net="false"))
+    plan = str(tmp_path / "plan.json")
+    r = run(sbxc_argv("compile", "-o", plan), env=base_env(home), cwd=project)
+    assert r.rc == 0, r
+    marker = os.path.join(project, "marker")
+
+    class S:
+        pass
+
+    s = S()
+    s.project, s.home, s.plan, s.marker, s.policy, s.tmp = project, home, plan, marker, ppath, tmp_path
+    s.cmd = ["/bin/sh", "-c", f"touch {marker}"]
+    return s
+
+
+def refused(r, marker, *words):
+    assert r.rc == 125, r
+    assert not os.path.exists(marker), r
+    lines = [ln for ln in r.err.strip().split("\n") if ln]
+    assert lines and lines[-1].startswith("sbxc: ") and "; " in lines[-1], r
+    for w in words:
+        assert w in r.err, r
+
+
+def control(s, argv_flags=("--plan",), env=None):
+    r = run(sbxc_argv("exec", "--plan", s.plan, "--", *s.cmd), env=env or base_env(s.home), cwd=s.project)
+    assert r.rc == 0 and os.path.exists(s.marker), r
+    os.unlink(s.marker)
+
+
+def test_bwrap_missing(setup, tmp_path):
+    s = setup
+    control(s)
+    # a PATH with the usual tools but no bwrap
+    bindir = tmp_path / "bin-without-bwrap"
+    bindir.mkdir()
+    for tool in ("sh", "touch", "true"):
+        p = shutil.which(tool)
+        os.symlink(p, bindir / tool)
+    env = base_env(s.home, {"PATH": str(bindir)})
+    r = run(sbxc_argv("exec", "--plan", s.plan, "--", *s.cmd), env=env, cwd=s.project)
+    refused(r, s.marker, "bwrap is not installed")
+    r = run(sbxc_argv("exec", "--backend", "bwrap", "--", *s.cmd), env=env, cwd=s.project)
+    refused(r, s.marker, "bwrap")
+
+
+def test_path_became_symlink(setup, tmp_path):
+    s = setup
+    control(s)
+    data = os.path.join(s.project, "data")
+    os.rmdir(data)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(str(elsewhere), data)
+    r = run(sbxc_argv("exec", "--plan", s.plan, "--", *s.cmd), env=base_env(s.home), cwd=s.project)
+    refused(r, s.marker, "symlink")
+
+
+def test_folder_on_the_way_became_symlink(bwrap_works, project, home, tmp_path):
+    os.makedirs(os.path.join(project, "a", "b"))
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write("sbxc: 1\nextends: [builtin:default]\nbackend: bwrap\nfilesystem:\n  - mask {project}/a/b\n")
+    plan = str(tmp_path / "plan.json")
+    assert run(sbxc_argv("compile", "-o", plan), env=base_env(home), cwd=project).rc == 0
+    os.rename(os.path.join(project, "a"), os.path.join(project, "a-real"))
+    os.symlink(os.path.join(project, "a-real"), os.path.join(project, "a"))
+    marker = os.path.join(project, "marker")
+    r = run(sbxc_argv("exec", "--plan", plan, "--", "/bin/sh", "-c", f"touch {marker}"), env=base_env(home), cwd=project)
+    refused(r, marker, "symlink")
+
+
+def test_plan_from_another_host(setup, tmp_path):
+    s = setup
+    control(s)
+    pf = json.load(open(s.plan))
+    for key, value in (("uid", pf["host"]["uid"] + 4242), ("home", "/home/someone-else"), ("arch", "sparc64")):
+        other = dict(pf)
+        other["host"] = dict(pf["host"], **{key: value})
+        path = str(tmp_path / f"plan-{key}.json")
+        with open(path, "w") as f:
+            json.dump(other, f)
+        r = run(sbxc_argv("exec", "--plan", path, "--", *s.cmd), env=base_env(s.home), cwd=s.project)
+        refused(r, s.marker, "recompile")
+
+
+def test_plan_for_another_bwrap_or_backend(setup, tmp_path):
+    s = setup
+    pf = json.load(open(s.plan))
+    pf["lowered"]["bwrap"] = "/opt/elsewhere/bwrap"
+    path = str(tmp_path / "plan-bwrap.json")
+    json.dump(pf, open(path, "w"))
+    r = run(sbxc_argv("exec", "--plan", path, "--", *s.cmd), env=base_env(s.home), cwd=s.project)
+    refused(r, s.marker, "/opt/elsewhere/bwrap")
+    r = run(sbxc_argv("exec", "--plan", s.plan, "--network=true", "--", *s.cmd), env=base_env(s.home), cwd=s.project)
+    refused(r, s.marker, "--network")
+    if sys.platform != "darwin":
+        r = run(sbxc_argv("exec", "--backend", "sandbox-exec", "--", *s.cmd), env=base_env(s.home), cwd=s.project)
+        refused(r, s.marker, "macOS")
+
+
+def test_bad_plan_file(setup, tmp_path):
+    s = setup
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    r = run(sbxc_argv("exec", "--plan", str(bad), "--", *s.cmd), env=base_env(s.home), cwd=s.project)
+    refused(r, s.marker)
+    r = run(sbxc_argv("exec", "--plan", str(tmp_path / "nope.json"), "--", *s.cmd), env=base_env(s.home), cwd=s.project)
+    refused(r, s.marker)
+    r = run(sbxc_argv("exec", "--bogus", "--", *s.cmd), env=base_env(s.home), cwd=s.project)
+    refused(r, s.marker)
+
+
+def test_compile_errors_on_a_miss(setup):
+    s = setup
+    with open(s.policy, "w") as f:
+        f.write("sbxc: 1\nfilesystem:\n  - wirte {project}\n")
+    r = run(sbxc_argv("exec", "--", *s.cmd), env=base_env(s.home), cwd=s.project)
+    refused(r, s.marker, "SBX")
+    assert "wirte" in r.err
+
+
+def _outer_bwrap(s, *inner, outer_opts=()):
+    """Run ``inner`` inside an outer bwrap that gives it the host's view."""
+    bwrap = shutil.which("bwrap")
+    return [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--bind", "/tmp", "/tmp", "--bind", "/var/tmp", "/var/tmp", "--bind", s.project, s.project,
+            "--bind", s.home, s.home, "--unshare-user", "--die-with-parent", *outer_opts, "--", *inner]
+
+
+def test_user_namespace_refused(setup):
+    s = setup
+    control(s)
+    # An outer sandbox whose user namespace forbids creating more (max_user_namespaces=0
+    # inside it): what a nested container or a locked-down host looks like to bwrap.
+    argv = _outer_bwrap(s, *sbxc_argv("exec", "--plan", s.plan, "--", *s.cmd), outer_opts=("--disable-userns",))
+    r = run(argv, env=base_env(s.home), cwd=s.project)
+    refused(r, s.marker, "namespace")
+    # (control: ``control(s)`` above, the same plan outside the outer sandbox. A nested
+    # bwrap cannot be the control: the outer one's covered /proc forbids a new proc mount.)
+
+
+_NO_NETNS = r"""
+import os, sys
+import pyseccomp as s
+f = s.SyscallFilter(s.ALLOW)
+CLONE_NEWNET = 0x40000000
+f.add_rule(s.ERRNO(1), "clone", s.Arg(0, s.MASKED_EQ, CLONE_NEWNET, CLONE_NEWNET))
+f.add_rule(s.ERRNO(1), "unshare", s.Arg(0, s.MASKED_EQ, CLONE_NEWNET, CLONE_NEWNET))
+f.add_rule(s.ERRNO(38), "clone3")
+f.load()
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def test_network_namespace_refused_never_falls_back(setup, tmp_path):
+    s = setup
+    pytest.importorskip("pyseccomp")
+    wrapper = tmp_path / "no_netns.py"
+    wrapper.write_text(_NO_NETNS)
+    env = base_env(s.home)
+    # network off (the policy): bwrap cannot make the network namespace -> 125, nothing ran
+    r = run([sys.executable, str(wrapper), *sbxc_argv("exec", "--", *s.cmd)], env=env, cwd=s.project)
+    refused(r, s.marker, "bwrap")
+    # control: with the network on no network namespace is needed, and the command runs
+    r = run([sys.executable, str(wrapper), *sbxc_argv("exec", "--network=true", "--", *s.cmd)], env=env, cwd=s.project)
+    assert r.rc == 0 and os.path.exists(s.marker), r
