@@ -179,12 +179,12 @@ def _filter(path_expr: str, subtree: bool) -> str:
     return f"({'subpath' if subtree else 'literal'} {path_expr})"
 
 
-def _subject(rule: PathRule) -> str:
+def _subject(rule: PathRule, home_mode: str = "") -> str:
     written = rule.written or rule.path
     if rule.origin == "home":
-        return f"home: {written}"
+        return f"home: {home_mode} ({rule.access} {written})" if home_mode else f"home: {rule.access} {written}"
     if rule.origin == "cache":
-        return f"cache: {written}"
+        return f"cache: {rule.access} {written}"
     return f"{rule.access} {written}"
 
 
@@ -278,12 +278,12 @@ def lower(plan: Plan, host) -> Lowered:
         except Unrepresentable as e:
             weaker = _without(plan, rule)
             if _grants_no_more(weaker, rule.access):
-                verdicts.append(verdict(BACKEND, _subject(rule), NARROWED, rule.span,
+                verdicts.append(verdict(BACKEND, _subject(rule, plan.home_mode), NARROWED, rule.span,
                                         f"{e}; left out, so the path gets {weaker if weaker != NONE else 'no access'} instead"))
             else:
                 why = f"{e}, and leaving the rule out would give the path {weaker} access"
-                verdicts.append(verdict(BACKEND, _subject(rule), NOT_ENFORCEABLE, rule.span, why))
-                refuse.append(f"{_subject(rule)}: {why}")
+                verdicts.append(verdict(BACKEND, _subject(rule, plan.home_mode), NOT_ENFORCEABLE, rule.span, why))
+                refuse.append(f"{_subject(rule, plan.home_mode)}: {why}")
 
     # Metadata of the folders above each granted path: realpath(), getcwd() and dyld stat
     # every component. Emitted before the policy rules so that a mask still wins.
@@ -416,7 +416,7 @@ def _rule_verdict(plan: Plan, rule: PathRule, protect: dict) -> Verdict:
         status = PARTIAL
         notes.insert(0, "every access is denied, but the name (and whether it is a file or a folder) "
                         "stays visible in a listing of the parent folder")
-    return verdict(BACKEND, _subject(rule), status, rule.span, "; ".join(notes))
+    return verdict(BACKEND, _subject(rule, plan.home_mode), status, rule.span, "; ".join(notes))
 
 
 _TMPFS_WHY = ("Seatbelt cannot mount a private folder: the path is denied (nothing of the host "
@@ -439,7 +439,10 @@ def _network(plan: Plan, verdicts: list) -> list[str]:
         ]
     if net.mode == NET_OFF:
         # The mDNSResponder socket is denied after the filesystem rules (see lower).
-        verdicts.append(verdict(BACKEND, "network: false", ENFORCED, net.span))
+        verdicts.append(verdict(BACKEND, "network: false", NARROWED, net.span,
+                                "every IP socket operation is refused, so loopback inside the command is "
+                                "unavailable too (Seatbelt cannot tell the command's own loopback from the "
+                                "host's); name lookups through mDNSResponder's socket are refused as well"))
         return ["; Off: (deny default) refuses every IP socket operation; Unix-socket connects",
                 "; follow the filesystem rules below."]
     lines = []
