@@ -101,3 +101,43 @@ def test_any_path_is_refused_narrowed_or_exact(path, access, kind, parent):
         for op in OPS:
             why = disagreement(plan, low.data, low.verdicts, prof, q, op, params)
             assert not why, why
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40))
+def test_sbpl_string_reads_back_or_refuses(text):
+    from sbxc.backends.sbpl import Unrepresentable, sbpl_string
+    from sbxc.compiler.sbpl_eval import tokenize
+
+    try:
+        lit = sbpl_string(text)
+    except Unrepresentable:
+        assert not text.isprintable()
+        return
+    assert tokenize(lit) == [text]
+
+
+# Random plans over a small tree with prefix traps (/a vs /ab): whatever the mix of rules,
+# the profile must answer every path and operation as the decision model does, apart from
+# what the backend declares.
+TREE = ["/", "/a", "/ab", "/a/b", "/a/b/c", "/a/b/c/d", "/a/c", "/a/bc", "/x", "/x/y"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(TREE), st.tuples(st.sampled_from(["mask", "read", "write", "tmpfs"]),
+                                                         st.sampled_from(["dir", "file", "missing"])),
+                       min_size=1, max_size=7),
+       st.sampled_from(["on", "off"]))
+def test_random_plans_agree_with_decide(rules, net):
+    from sbxc.compiler.plan import Network
+
+    plan = make_plan(*(rule(p, a, kind=k) for p, (a, k) in rules.items()), network=Network(net))
+    low = lower(plan, HOST)
+    assert not low.data["refuse"]
+    params = runtime_params(low.data)
+    prof = load(low.data["profile"], params)
+    queries = set(TREE) | {p + "/z" for p in TREE} | {"/a/b/cz", "/abc"}
+    for q in sorted(queries):
+        for op in OPS:
+            why = disagreement(plan, low.data, low.verdicts, prof, q, op, params)
+            assert not why, why
