@@ -41,18 +41,6 @@ def base(tmp_path):
     return tmp_path
 
 
-def throwaways():
-    return {n for b in cachedir.THROWAWAY_BASES if os.path.isdir(b)
-            for n in os.listdir(b) if n.startswith(f"{cachedir.THROWAWAY_PREFIX}{UID}-")}
-
-
-@pytest.fixture(autouse=True)
-def no_throwaway_left_behind():
-    before = throwaways()
-    yield
-    assert throwaways() == before, "a throwaway cache folder was left on the host"
-
-
 # --- the regular case ---------------------------------------------------------------------
 
 def test_creates_root_and_project_0700_with_marker(base):
