@@ -157,7 +157,13 @@ def test_user_namespace_refused(setup):
     control(s)
     # An outer sandbox whose user namespace forbids creating more (max_user_namespaces=0
     # inside it): what a nested container or a locked-down host looks like to bwrap.
-    argv = _outer_bwrap(s, *sbxc_argv("exec", "--plan", s.plan, "--", *s.cmd), outer_opts=("--disable-userns",))
+    # The cache is off here: as an unprivileged user, the host's root-owned folders show
+    # as the overflow uid inside the outer namespace, which the cache checks rightly refuse.
+    with open(s.policy, "a") as f:
+        f.write("cache:\n  tools: []\n")
+    plan = str(s.tmp / "plan-nocache.json")
+    assert run(sbxc_argv("compile", "-o", plan), env=base_env(s.home), cwd=s.project).rc == 0
+    argv = _outer_bwrap(s, *sbxc_argv("exec", "--plan", plan, "--", *s.cmd), outer_opts=("--disable-userns",))
     r = run(argv, env=base_env(s.home), cwd=s.project)
     refused(r, s.marker, "namespace")
     # (control: ``control(s)`` above, the same plan outside the outer sandbox. A nested
