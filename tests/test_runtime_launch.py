@@ -1,0 +1,121 @@
+"""Runtime core pieces that need no sandbox: flags, globs, environment, refusal lines,
+bwrap message mapping, path re-checks, the hint scanner, and the hot path's imports."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sbxc.runtime import errors, launch
+from sbxc.runtime.errors import Refusal
+
+
+def test_parse_args_command_after_dashdash_is_untouched():
+    a = launch.parse_args(["--policy", "p.yaml", "--network=false", "--", "--bind", "/", "/x"])
+    assert a.policy == "p.yaml" and a.network == "off" and a.cmd == ["--bind", "/", "/x"]
+    a = launch.parse_args(["--plan=f.json", "--backend", "bwrap", "echo", "--network"])
+    assert a.plan == "f.json" and a.backend == "bwrap" and a.cmd == ["echo", "--network"] and a.network is None
+    assert launch.parse_args(["--network", "--", "x"]).network == "on"
+    assert launch.parse_args(["--network=TRUE", "--", "x"]).network == "on"
+
+
+@pytest.mark.parametrize("argv", [
+    [], ["--policy"], ["--policy", "a", "--plan", "b", "--", "x"], ["--network=maybe", "--", "x"],
+    ["--backend", "docker", "--", "x"], ["--frobnicate", "--", "x"], ["--session", "s1", "--", "x"],
+])
+def test_parse_args_refusals(argv):
+    with pytest.raises(Refusal):
+        launch.parse_args(argv)
+
+
+@pytest.mark.parametrize("pat,name,ok", [
+    ("LC_*", "LC_ALL", True), ("LC_*", "LC_", True), ("LC_*", "XLC_ALL", False),
+    ("A?C", "ABC", True), ("A?C", "AC", False), ("*TOKEN*", "GITHUB_TOKEN", True),
+    ("*", "", True), ("", "", True), ("A*B*C", "AxxBxxC", True), ("A*B*C", "AxxBxx", False),
+    ("PATH", "PATH", True), ("PATH", "PATHX", False),
+])
+def test_glob_match(pat, name, ok):
+    assert launch.glob_match(pat, name) is ok
+
+
+def test_build_env_order_and_filtering():
+    rt = {"env_pass": ["PATH", "LC_*"], "env_set": [["CI", "1"], ["PATH", "/set"]]}
+    host = {"PATH": "/host", "LC_ALL": "C", "GITHUB_TOKEN": "secret", "LCX": "no"}
+    env = launch.build_env(rt, host, [("PIP_CACHE_DIR", "/c/pip"), ("CI", "cache")])
+    assert env == {"PATH": "/set", "LC_ALL": "C", "PIP_CACHE_DIR": "/c/pip", "CI": "1"}
+
+
+def test_refusal_line_is_one_printable_line():
+    line = Refusal("bad\npath\x1b[31m", "fix\tit").line()
+    assert line.startswith("sbxc: ") and "\n" not in line and "\x1b" not in line and "; fix it" in line
+
+
+@pytest.mark.parametrize("msg,word", [
+    ("bwrap: No permissions to creating new namespace, likely because the kernel does not allow non-privileged user namespaces.", "user namespace"),
+    ("bwrap: Creating new namespace failed: Operation not permitted", "namespace"),
+    ("bwrap: setting up uid map: Permission denied", "uid"),
+    ("bwrap: loopback: Failed RTM_NEWADDR: Operation not permitted", "loopback"),
+    ("bwrap: Failed to make / slave: Permission denied", "mount namespace"),
+    ("bwrap: Can't mount proc on /newroot/proc: Operation not permitted", "/proc"),
+    ("something odd", "bwrap failed"),
+])
+def test_bwrap_failure_mapping(msg, word):
+    cause, fix = errors.bwrap_failure(msg + "\n")
+    assert word in cause and fix
+
+
+def test_recheck_paths(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    f = tmp_path / "f"
+    f.write_text("x")
+    launch.recheck_paths([[str(d), "dir", "read"], [str(f), "file", "mask"]])
+    with pytest.raises(Refusal, match="now a file"):
+        launch.recheck_paths([[str(f), "dir", "read"]])
+    with pytest.raises(Refusal, match="no longer exists"):
+        launch.recheck_paths([[str(tmp_path / "gone"), "dir", "read"]])
+    link = tmp_path / "link"
+    link.symlink_to(d)
+    with pytest.raises(Refusal, match="symlink"):
+        launch.recheck_paths([[str(link), "dir", "read"]])
+    (d / "sub").mkdir()
+    real = tmp_path / "real"
+    d.rename(real)
+    (tmp_path / "d").symlink_to(real)
+    with pytest.raises(Refusal, match="on the way"):
+        launch.recheck_paths([[str(tmp_path / "d" / "sub"), "dir", "read"]])
+
+
+def test_host_mismatch():
+    env = {"HOME": "/home/x"}
+    u = os.uname()
+    facts = {"platform": "linux" if u.sysname == "Linux" else "darwin", "arch": u.machine, "uid": os.getuid(), "home": "/home/x"}
+    assert launch.host_mismatch(facts, env) == ""
+    assert "uid" in launch.host_mismatch(dict(facts, uid=os.getuid() + 1), env)
+    assert "home" in launch.host_mismatch(dict(facts, home="/elsewhere"), env)
+    assert launch.host_mismatch(dict(facts, arch="sparc"), env)
+
+
+def test_launch_refuses_sandbox_exec_on_linux(capsys):
+    if sys.platform == "darwin":
+        pytest.skip("Linux only")
+    rc = launch.launch({"format": "sbxc-plan/1", "backend": "sandbox-exec", "host": {}, "runtime": {}}, ["true"], {}, "/")
+    assert rc == 125 and "needs macOS" in capsys.readouterr().err
+
+
+def test_hint_is_a_constant_line():
+    assert launch.NETWORK_HINT.endswith("\n") and launch.NETWORK_HINT.count("\n") == 1
+    assert all(p == p.lower() for p in launch.NETWORK_PATTERNS)
+
+
+def test_exec_hot_path_imports():
+    code = ("import sys, sbxc.cli, sbxc.runtime.launch, sbxc.runtime.plancache, sbxc.runtime.bwrap_run, "
+            "sbxc.runtime.cachedir, sbxc.runtime.errors\n"
+            "bad = [m for m in ('re', 'json', 'argparse', 'subprocess', 'dataclasses', 'fnmatch', 'yaml', 'lark', "
+            "'pyseccomp', 'hashlib', 'enum', 'signal') if m in sys.modules]\nprint(','.join(bad))")
+    p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,
+                       env={"PYTHONPATH": os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "", p.stdout
