@@ -15,8 +15,12 @@ UID = os.getuid()
 SBXC = [sys.executable, "-m", "sbxc"]
 
 
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])))
+
+
 def sbxc(*args, cwd=None):
-    return subprocess.run(SBXC + list(args), capture_output=True, text=True, cwd=cwd, timeout=120)
+    return subprocess.run(SBXC + list(args), capture_output=True, text=True, cwd=cwd, timeout=120, env=ENV)
 
 
 def du_k(path):
@@ -102,7 +106,7 @@ def test_doctor_size_agrees_with_du_and_its_clear_command_empties(base):
     assert block["last used"].endswith("UTC")
     cmd = shlex.split(block["clear"])
     assert cmd[:3] == ["sbxc", "cache", "clear"] and "--project" in cmd
-    r2 = subprocess.run(SBXC + cmd[1:], capture_output=True, text=True, timeout=60)
+    r2 = subprocess.run(SBXC + cmd[1:], capture_output=True, text=True, timeout=60, env=ENV)
     assert r2.returncode == 0, r2.stderr
     assert os.listdir(d) == []
     assert du_k(d) <= 4  # the empty folder itself
@@ -119,7 +123,7 @@ def test_doctor_lists_a_folder_without_marker_by_id(base):
     clear = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("clear:")][0]
     assert f"--id {os.path.basename(d)}" in clear
     open(os.path.join(d, "f"), "w").close()
-    r2 = subprocess.run(SBXC + shlex.split(clear.split(":", 1)[1])[1:], capture_output=True, text=True)
+    r2 = subprocess.run(SBXC + shlex.split(clear.split(":", 1)[1])[1:], capture_output=True, text=True, env=ENV)
     assert r2.returncode == 0 and os.listdir(d) == []
 
 

@@ -38,9 +38,14 @@ def _backend_param(name):
 BACKENDS = [_backend_param("bwrap"), _backend_param("landlock")]
 
 
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
+
+
 def clean_env():
+    """This environment without any cache variable, able to run sbxc from this checkout."""
     env = {k: v for k, v in os.environ.items() if k not in CACHE_VARS}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env["PYTHONPATH"] = os.pathsep.join([SRC] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
 
 
