@@ -90,7 +90,7 @@ PROBE = textwrap.dedent(r'''
 NOT_EPERM_UNPRIVILEGED = {
     "ptrace", "process_vm_readv", "keyctl", "add_key", "request_key", "perf_event_open", "setns",
     "pidfd_getfd", "clone CLONE_NEWUSER", "unshare CLONE_NEWUSER", "ioctl TIOCSTI", "ioctl TIOCSTI high bits",
-    "personality ADDR_NO_RANDOMIZE", "x32 getpid", "i386 int 0x80 getpid", "mount", "fsopen",
+    "personality ADDR_NO_RANDOMIZE", "x32 getpid", "i386 int 0x80 getpid", "mount",
 }
 
 
