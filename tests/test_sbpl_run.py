@@ -138,3 +138,92 @@ def test_exec_with_sandbox_exec_backend_on_linux_exits_125(tmp_path):
                        cwd=tmp_path, capture_output=True, text=True)
     assert p.returncode == 125
     assert "needs macOS" in p.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# Through the runtime core, with a stand-in sandbox-exec that checks its arguments and runs
+# the command (no Seatbelt here: this checks the plumbing, not the confinement).
+
+FAKE = r'''#!/bin/sh
+# stand-in for /usr/bin/sandbox-exec: -f PROFILE, -D NAME=VALUE..., --, CMD...
+# (it runs with the command's filtered environment, so its settings sit beside it)
+here=$(dirname "$0"); SBXC_FAKE_LOG="$here/log"; SBXC_FAKE_FAIL=$(cat "$here/fail" 2>/dev/null)
+[ "$1" = "-f" ] || { echo "sandbox-exec: usage" >&2; exit 64; }
+prof="$2"; shift 2
+head -2 "$prof" | tr '\n' ' ' | grep -q '^(version 1) (deny default) $' || { echo "sandbox-exec: bad profile" >&2; exit 65; }
+: > "$SBXC_FAKE_LOG"
+while [ "$1" = "-D" ]; do printf '%s\n' "$2" >> "$SBXC_FAKE_LOG"; shift 2; done
+printf 'profile=%s\n' "$prof" >> "$SBXC_FAKE_LOG"
+[ "$1" = "--" ] || { echo "sandbox-exec: no --" >&2; exit 64; }
+shift
+if [ -n "$SBXC_FAKE_FAIL" ]; then echo "sandbox-exec: $SBXC_FAKE_FAIL" >&2; exit 71; fi
+exec "$@"
+'''
+
+DRIVER = r'''
+import json, os, sys
+sys.platform = "darwin"   # launch refuses this backend elsewhere; the stand-in takes its place
+from sbxc.runtime import sbpl_run, launch
+sbpl_run.SANDBOX_EXEC = os.environ["SBXC_FAKE"]
+pf = json.load(open(sys.argv[1]))
+sys.exit(launch.launch(pf, sys.argv[2:], os.environ, os.getcwd()))
+'''
+
+
+def _run_driver(tmp_path, cmd, fail=""):
+    import json
+
+    from sbxc.runtime.probe import probe_host
+
+    host = probe_host(full=False)
+    proj = tmp_path / "proj"
+    proj.mkdir(exist_ok=True)
+    plan = make_plan(rule("/", "read"), rule(str(proj), "write"), rule("/tmp", "tmpfs"))
+    import dataclasses
+
+    plan = dataclasses.replace(plan, project=str(proj), home=host.home, uid=host.uid)
+    low = lower(plan, host)
+    pf = build(plan, host, "sandbox-exec", low.data, low.verdicts)
+    (tmp_path / "plan.json").write_text(json.dumps(pf))
+    fake = tmp_path / "sandbox-exec"
+    fake.write_text(FAKE)
+    fake.chmod(0o755)
+    if fail:
+        (tmp_path / "fail").write_text(fail)
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    tmpdir = tmp_path / "t"
+    tmpdir.mkdir(exist_ok=True)
+    env = {"PATH": "/usr/bin:/bin", "HOME": host.home, "SBXC_FAKE": str(fake), "TMPDIR": str(tmpdir),
+           "PYTHONPATH": os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")}
+    p = subprocess.run([sys.executable, str(driver), str(tmp_path / "plan.json"), *cmd], cwd=proj, env=env,
+                       capture_output=True, text=True, timeout=60)
+    return p, tmpdir, tmp_path / "log"
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="uses a stand-in for sandbox-exec")
+def test_through_launch_status_tmpdir_and_cleanup(tmp_path):
+    p, tmpdir, log = _run_driver(tmp_path, ["sh", "-c", 'echo "$TMPDIR" > "$PWD/seen"; touch "$TMPDIR/x"; exit 7'])
+    assert p.returncode == 7, p.stderr
+    seen = (tmp_path / "proj" / "seen").read_text().strip()
+    assert seen.startswith(os.path.realpath(str(tmpdir)) + "/sbxc-run-")
+    lines = log.read_text().splitlines()
+    assert any(l.startswith("SBXC_RUN_TMP=" + seen.rstrip("/")) for l in lines)
+    # the per-run folder and the profile are gone afterwards
+    assert not os.path.exists(seen)
+    prof = [l for l in lines if l.startswith("profile=")][0][len("profile="):]
+    assert not os.path.exists(prof)
+    assert os.listdir(tmpdir) == []
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="uses a stand-in for sandbox-exec")
+@pytest.mark.parametrize("fail,code", [
+    ("execvp() of 'nope' failed: No such file or directory", 127),
+    ("sandbox_apply: Operation not permitted", 125),
+])
+def test_through_launch_sandbox_exec_failures(tmp_path, fail, code):
+    p, tmpdir, _ = _run_driver(tmp_path, ["true"], fail=fail)
+    assert p.returncode == code, p.stderr
+    if code == 125:
+        assert "sbxc: sandbox-exec refused the profile or could not apply it" in p.stderr
+    assert os.listdir(tmpdir) == []
