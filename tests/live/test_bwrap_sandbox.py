@@ -292,18 +292,35 @@ def test_command_not_found_and_not_executable(sbxc):
     assert r.rc in (126, 127) and "ran" not in r.out, r
 
 
+def _ours(root):
+    """Top-level names in a shared folder that sbxc or bwrap could have made. Other test
+    runs on this machine use /tmp at the same time, so only these names are compared."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return set()
+    mine = (".bubblewrap", "bwrap", "sbxc-throwaway-", f"sbxc-{os.getuid()}", ".sbxc")
+    return {n for n in names if n.startswith(mine)}
+
+
 def test_no_leftovers_on_host(sbxc, tmp_path):
-    pol = policy("mask {project}/.env {project}/missing-secret", "read {project}/.git/hooks")
+    from sbxc.runtime.plancache import plans_dir
+
+    pol = policy("mask {project}/.env {project}/missing-secret {project}/sock", "read {project}/.git/hooks")
     with open(os.path.join(sbxc.project, ".env"), "w") as f:
         f.write("A=1\n")
-    sbxc(pol, "true")  # first run: the cache folders are made (they are meant to stay)
-    roots = (sbxc.project, sbxc.home, "/tmp")
-    before = snapshot(*roots, depth=2)
-    r = sbxc(pol, "sh", "-c", "ls / /tmp >/dev/null; echo hi > /tmp/inner; mkdir -p /tmp/x/y")
+    sbxc(pol, "true")  # first run: the cache folders and the plan are made (they are meant to stay)
+    cache_root = os.path.dirname(plans_dir())
+    before = (snapshot(sbxc.project, sbxc.home, cache_root, depth=6), _ours("/tmp"), _ours("/var/tmp"), _ours("/run/user"))
+    r = sbxc(pol, "sh", "-c", "ls / /tmp >/dev/null; echo hi > /tmp/inner; mkdir -p /tmp/x/y; echo c > $XDG_CACHE_HOME/c")
     assert r.rc == 0, r
-    after = snapshot(*roots, depth=2)
-    assert after - before == set(), after - before
-    assert before - after == set(), before - after
+    after = (snapshot(sbxc.project, sbxc.home, cache_root, depth=6), _ours("/tmp"), _ours("/var/tmp"), _ours("/run/user"))
+    for b, a in zip(before, after):
+        new = {x for x in a - b if not str(x[1]).endswith("/c")}  # the cache write is the command's own
+        assert new == set(), new
+        assert b - a == set(), b - a
+    assert not os.path.exists(os.path.join(sbxc.project, "missing-secret"))
+    assert not os.path.exists(os.path.join(sbxc.project, "sock"))
 
 
 def test_inherited_fd_unusable(sbxc, tmp_path):
