@@ -196,7 +196,7 @@ def test_root_owned_by_another_user(base):
     c = section(root)
     before = tree(root) if UID == 0 else None
     setup = cachedir.prepare(c, project=PROJECT)
-    assert_throwaway(setup, c, f"owned by uid {owner}, not by you")
+    assert_throwaway(setup, c, f"owned by uid {owner}")
     assert not os.path.lexists(c["dir"])
     if before is not None:
         assert tree(root) == before

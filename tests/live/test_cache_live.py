@@ -304,10 +304,10 @@ def suspect_root(ws, how):
             root = os.path.join(ws.path, "their-root")
             os.mkdir(root, 0o700)
             os.chown(root, NOBODY, NOBODY)
-            return root, f"is owned by uid {NOBODY}, not by you", root
+            return root, f"is owned by uid {NOBODY}", root
         # Unprivileged we cannot give a folder away; /var/tmp itself is one we do not
         # own (root does), a realistic wrong root, and the project folder would go in it.
-        return "/var/tmp", "is owned by uid 0, not by you", None
+        return "/var/tmp", "is owned by uid 0", None
     raise AssertionError(how)
 
 

@@ -85,38 +85,52 @@ class Unsafe(Exception):
 
 # --- opening folders safely ---------------------------------------------------------------
 
-def _describe(name: str, dir_fd: int, shown: str) -> str:
+_FIX_ROOT = "set cache.root to a folder you own, in a folder only root and you can write (the default is /var/tmp/sbxc-{uid})"
+
+
+def _describe(name: str, dir_fd: int, shown: str, path: str) -> Unsafe:
+    """Why ``name`` could not be opened as a folder; the lstat is for the message only."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError as e:
-        return f"{shown} cannot be opened ({e.strerror})"
+        return Unsafe(f"{shown} cannot be opened ({e.strerror})", _FIX_ROOT)
     if stat.S_ISLNK(st.st_mode):
-        return f"{shown} is a symlink"
-    return f"{shown} is not a folder"
+        return Unsafe(f"{shown} is a symlink",
+                      f"remove the link (rm {path}) if you did not make it, or {_FIX_ROOT}")
+    return Unsafe(f"{shown} is not a folder", f"move {path} away, or {_FIX_ROOT}")
 
 
-def _open_child(dir_fd: int, name: str, shown: str) -> int:
+def _owner(uid: int) -> str:
+    try:
+        import pwd  # only on this error path
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _open_child(dir_fd: int, name: str, shown: str, path: str = "") -> int:
     """Open folder ``name`` in ``dir_fd`` as an O_PATH descriptor, never through a symlink."""
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-    except (NotADirectoryError, OSError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise
-        raise Unsafe(_describe(name, dir_fd, shown), "") from None
+    except FileNotFoundError:
+        raise
+    except OSError:
+        raise _describe(name, dir_fd, shown, path or shown) from None
 
 
 def _check_parent(fd: int, shown: str, uid: int) -> None:
     st = os.fstat(fd)
     if st.st_uid not in (0, uid):
-        raise Unsafe(f"{shown} (on the way to the cache root) is owned by uid {st.st_uid}", "")
+        raise Unsafe(f"{shown} (on the way to the cache root) is owned by {_owner(st.st_uid)}", _FIX_ROOT)
     if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-        raise Unsafe(f"{shown} (on the way to the cache root) is writable by others and not sticky", "")
+        raise Unsafe(f"{shown} (on the way to the cache root) is writable by others and not sticky", _FIX_ROOT)
 
 
 def _check_own(fd: int, shown: str, uid: int, fix_chmod: str, check_mode: bool = True) -> None:
     st = os.fstat(fd)
     if st.st_uid != uid:
-        raise Unsafe(f"{shown} is owned by uid {st.st_uid}, not by you (uid {uid})",
+        raise Unsafe(f"{shown} is owned by {_owner(st.st_uid)}, not by you (uid {uid})",
                      f"remove it (as its owner or root), or set cache.root to a folder you own")
     mode = stat.S_IMODE(st.st_mode)
     if check_mode and mode & 0o077:
@@ -136,7 +150,8 @@ def open_parents(path: str, uid: int) -> int:
             try:
                 nfd = _open_child(fd, part, shown)
             except FileNotFoundError:
-                raise Unsafe(f"{shown} (on the way to the cache root) does not exist", "") from None
+                raise Unsafe(f"{shown} (on the way to the cache root) does not exist",
+                             f"create it, or {_FIX_ROOT}") from None
             os.close(fd)
             fd = nfd
             _check_parent(fd, shown, uid)
@@ -151,7 +166,7 @@ def _open_or_make(parent_fd: int, name: str, shown: str, path: str, uid: int, cr
     """Open (or make, 0700) the folder ``name`` we must own; returns (O_PATH fd, made)."""
     made = False
     try:
-        fd = _open_child(parent_fd, name, shown)
+        fd = _open_child(parent_fd, name, shown, path)
     except FileNotFoundError:
         if not create:
             raise
@@ -160,7 +175,7 @@ def _open_or_make(parent_fd: int, name: str, shown: str, path: str, uid: int, cr
             made = True
         except FileExistsError:
             pass  # someone was quicker; whatever is there now gets the full checks below
-        fd = _open_child(parent_fd, name, shown)
+        fd = _open_child(parent_fd, name, shown, path)
     try:
         if made:
             st = os.fstat(fd)
@@ -240,6 +255,8 @@ def _touch_marker(root_fd: int, pid: str, project: str) -> None:
     sandboxed command cannot rewrite it. Best effort: a failure only costs doctor's label.
     """
     name = pid + MARKER_SUFFIX
+    if not project.startswith("/"):
+        return  # not told which project: leave no marker that would name the wrong one
     try:
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600, dir_fd=root_fd)
