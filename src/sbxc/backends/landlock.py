@@ -271,9 +271,15 @@ def lower(plan: Plan, host) -> Lowered:
         rules = ", ".join(f"{r.op} tcp {r.port_lo}" + (f"-{r.port_hi}" if r.port_hi != r.port_lo else "") for r in net.rules)
         why = ("only plain TCP sockets can be created (UDP, raw, SCTP and MPTCP are refused, DNS over UDP included); "
                "ports are checked on every address, loopback and the host's included; MSG_FASTOPEN is refused")
+        status = NARROWED
         if not any(r.op == "bind" for r in net.rules):
             why += "; listen() is refused (an unbound socket would take a port without the bind check)"
-        L.v(f"network: [{rules}]", NARROWED, net.span, why)
+        else:
+            # seccomp cannot tell a bound socket from an unbound one at listen().
+            status = PARTIAL
+            why += ("; listen() on a TCP socket that was never bound takes an ephemeral port without "
+                    "Landlock's bind check, so the command can accept connections on a port no rule names")
+        L.v(f"network: [{rules}]", status, net.span, why)
     else:
         L.v("network: true", NARROWED, net.span,
             "address families other than AF_INET, AF_INET6, AF_NETLINK (and AF_UNIX when allowed) are refused: "
