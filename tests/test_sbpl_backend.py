@@ -294,3 +294,15 @@ def test_evaluator_last_match_wins_and_comments_are_skipped():
     assert prof.allows("file-read-data", "/a/b")
     assert not prof.allows("file-read-metadata", "/a/b")
     assert not prof.allows("file-read-data", "/ab")
+
+
+def test_hidden_home_keeps_the_way_to_the_project_resolvable():
+    low, prof = profile_of(make_plan(rule("/", "read"), rule(HOME, "mask", origin="home"), rule(PROJ, "write"),
+                                     home_mode="hidden"))
+    assert prof.allows("file-read-metadata", HOME)          # realpath() of the project works
+    assert not prof.allows("file-read-data", HOME)          # but the home cannot be listed
+    assert not prof.allows("file-read-metadata", HOME + "/.bashrc")
+    assert not prof.allows("file-read-data", HOME + "/.bashrc")
+    assert prof.allows("file-write-create", PROJ + "/x")
+    v = {x.subject: x for x in low.verdicts}["home: hidden (mask /Users/u)"]
+    assert v.status == "partial" and "metadata" in v.why

@@ -30,7 +30,7 @@ from typing import Iterable, Optional
 from ..compiler.decide import _ALLOWED, decide
 from ..compiler.plan import (
     KIND_DIR, KIND_MISSING, MASK, NET_OFF, NET_ON, NET_RULES, NONE, READ, TMPFS, WRITE,
-    BUILTIN_SPAN, Plan, PathRule, fs_sort_key,
+    BUILTIN_SPAN, Plan, PathRule, fs_sort_key, is_within,
 )
 from ..compiler.report import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, Verdict, verdict
 from . import Lowered
@@ -319,6 +319,22 @@ def lower(plan: Plan, host) -> Lowered:
         out += _rule_statements(rule, exprs[i])
         verdicts.append(_rule_verdict(plan, rule, protect))
 
+    # A folder above a granted path that a mask (or tmpfs) covers: the mask's deny came
+    # after the metadata grant above and took it back, so realpath() and friends would
+    # fail on the way to the granted path (bwrap shows such a folder as an empty mount
+    # point). Give back its metadata only: no listing, no content.
+    hidden_anc = [a for a in anc if decide(plan, a).access in (MASK, TMPFS)]
+    if hidden_anc:
+        exprs_h = []
+        for a in hidden_anc:
+            try:
+                exprs_h.append(_filter(_path_expr(a, params), False))
+            except Unrepresentable:
+                pass
+        out += ["", "; Masked folders with granted paths beneath: metadata only, so paths resolve."]
+        if exprs_h:
+            out.append(_rule("allow", ("file-read-metadata",), exprs_h))
+
     if protect:
         prot = []
         for a in sorted(protect):
@@ -411,6 +427,12 @@ def _rule_verdict(plan: Plan, rule: PathRule, protect: dict) -> Verdict:
         status = NARROWED if status == ENFORCED else status
         notes.append("the writable folders above it (" + ", ".join(guarded) + ") cannot be renamed or "
                      "deleted, since a rename would move it away from the path Seatbelt checks")
+    beneath = sorted(r.path for r in plan.fs if r.access in (READ, WRITE) and r.path != rule.path
+                     and is_within(r.path, rule.path))
+    if rule.access in (MASK, TMPFS) and beneath:
+        status = PARTIAL
+        notes.append("its metadata (not its listing) stays visible, since " + beneath[0]
+                     + (" and other paths" if len(beneath) > 1 else "") + " beneath it is granted")
     if rule.access == MASK and rule.kind != KIND_MISSING and _parent_lists(plan, rule.path):
         # partial outranks narrowed: it says what the command can still learn.
         status = PARTIAL

@@ -380,7 +380,7 @@ def disagreement(plan, data: dict, verdicts, profile: Profile, path: str, op: st
         return f"profile allows {op} on {path!r}, decide says {d.access}"
     # The profile gives less: fine only where the report says so.
     if d.rule is not None and d.access == "tmpfs":
-        if any(v.span == d.rule.span and v.status == "narrowed" for v in verdicts):
+        if any(v.span == d.rule.span and v.status in ("narrowed", "partial") for v in verdicts):
             return ""
     if op == "delete" and path in data.get("protect", ()):
         return ""
