@@ -331,3 +331,16 @@ def test_no_leftovers(tree, tmp_path):
     _run(tree, tmp_path, ["/bin/true"], rules=[rule("/tmp", "tmpfs")])
     after = set(os.listdir("/tmp"))
     assert not [n for n in after - before if n.startswith("sbxc-")]
+
+
+def test_port_rules_close_listen_without_bind_and_fastopen(tree, tmp_path, tcp_server):
+    script = ("import socket\ns=socket.socket()\n"
+              "try:\n    s.listen(); print('listen ok')\nexcept OSError as e: print('listen', e.errno)\n"
+              "c=socket.socket()\n"
+              f"try:\n    c.sendto(b'x', socket.MSG_FASTOPEN, ('127.0.0.1', {tcp_server})); print('fastopen ok')\n"
+              "except OSError as e: print('fastopen', e.errno)\n"
+              f"c=socket.create_connection(('127.0.0.1', {tcp_server}), timeout=5); print(c.recv(100).decode().strip())\n")
+    r = _run(tree, tmp_path, [PY, "-c", script], network="rules", ports=[("connect", tcp_server, tcp_server)])
+    # listen() refused without a bind rule; TCP Fast Open refused even to the allowed
+    # port (it would connect without the connect check); a plain connect works (control).
+    assert r.out.split("\n")[:3] == ["listen 1", "fastopen 1", "TCP-HELLO"], r
