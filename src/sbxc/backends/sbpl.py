@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from ..compiler.decide import _ALLOWED, decide
+from ..compiler.decide import OPS, Decision, decide
 from ..compiler.plan import (
-    KIND_DIR, KIND_MISSING, MASK, NET_OFF, NET_ON, NET_RULES, NONE, READ, TMPFS, WRITE,
+    KIND_MISSING, MASK, NET_OFF, NET_ON, NONE, READ, TMPFS, WRITE,
     BUILTIN_SPAN, Plan, PathRule, fs_sort_key, is_within,
 )
 from ..compiler.report import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, Verdict, verdict
@@ -201,7 +201,9 @@ def _replace_fs(plan: Plan, fs) -> Plan:
 
 
 def _grants_no_more(weaker: str, access: str) -> bool:
-    return _ALLOWED[weaker] <= _ALLOWED[access]
+    """Every operation ``weaker`` allows, ``access`` allows too."""
+    w, a = Decision(weaker, None, ""), Decision(access, None, "")
+    return all(a.allows(op) for op in OPS if w.allows(op))
 
 
 def _parent_lists(plan: Plan, path: str) -> bool:
