@@ -227,3 +227,15 @@ def test_through_launch_sandbox_exec_failures(tmp_path, fail, code):
     if code == 125:
         assert "sbxc: sandbox-exec refused the profile or could not apply it" in p.stderr
     assert os.listdir(tmpdir) == []
+
+
+def test_tmpdir_from_env_set_is_kept(fake_sandbox_exec):
+    pf = _pf(default_like())
+    pf["runtime"]["env_set"] = [["TMPDIR", PROJ + "/.tmp"]]
+    spec = sbpl_run.prepare(pf, ["true"], {"TMPDIR": PROJ + "/.tmp"}, _ctx())
+    try:
+        assert spec.env["TMPDIR"] == PROJ + "/.tmp"
+        assert any(a.startswith("SBXC_RUN_TMP=") for a in spec.argv)
+    finally:
+        for fn in reversed(spec.cleanups):
+            fn()

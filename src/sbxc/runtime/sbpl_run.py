@@ -129,8 +129,11 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
         if any(p.get("source") == "run-tmp" for p in params):
             run_tmp = _private_dir("sbxc-run-")
             cleanups.append(lambda: _remove_tree(run_tmp))
-            env = dict(env)
-            env["TMPDIR"] = run_tmp + "/"
+            # The tmpfs path itself is denied on this backend, so temporary files go to the
+            # per-run folder, unless the policy's env.set chose TMPDIR explicitly.
+            if not any(k == "TMPDIR" for k, _v in (planfile.get("runtime") or {}).get("env_set", ())):
+                env = dict(env)
+                env["TMPDIR"] = run_tmp + "/"
         cache = getattr(ctx, "cache", None)
         cache_dir = os.path.realpath(cache.dir) if cache is not None and cache.dir else ""
 
