@@ -344,3 +344,39 @@ def test_port_rules_close_listen_without_bind_and_fastopen(tree, tmp_path, tcp_s
     # listen() refused without a bind rule; TCP Fast Open refused even to the allowed
     # port (it would connect without the connect check); a plain connect works (control).
     assert r.out.split("\n")[:3] == ["listen 1", "fastopen 1", "TCP-HELLO"], r
+
+
+def test_command_dies_with_sbxc(tree, tmp_path):
+    """SIGKILL to sbxc (no chance to clean up) still ends the sandboxed command."""
+    plan = make_plan(cases.shared_rules(tree), project=f"{tree}/proj")
+    pf = cases.planfile_for(plan, "landlock")
+    import json
+
+    path = str(tmp_path / "p.json")
+    with open(path, "w") as f:
+        json.dump(pf, f)
+    marker = f"{tree}/proj/sub/alive"
+    p = subprocess.Popen([PY, cases.__file__, "run", path, "--", "/bin/sh", "-c",
+                          f"echo $$ > {marker}.pid; while :; do sleep 0.2; done"], cwd=f"{tree}/proj")
+    try:
+        deadline = time.time() + 20
+        while not os.path.exists(marker + ".pid") and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        pid = int(open(marker + ".pid").read())
+        os.kill(pid, 0)  # control: the command is running
+        p.kill()
+        p.wait(10)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail("the command outlived sbxc")
+    finally:
+        if p.poll() is None:
+            p.kill()

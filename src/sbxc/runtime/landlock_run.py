@@ -5,6 +5,7 @@ in ``sbxc.runtime.launch``).
 per-run folders that stand in for ``tmpfs`` rules, and returns a ``LaunchSpec`` whose
 ``child_setup`` runs in the forked child, after the core closed every descriptor above 2:
 
+  0. the parent-death signal: the command is killed when sbxc dies;
   1. setsid: no controlling terminal, so TIOCSTI or TIOCLINUX could not reach the caller's
      (they are refused by seccomp as well);
   2. a fresh anonymous session keyring: the caller's keys are not reachable through
@@ -29,6 +30,7 @@ from . import landlock_sys as ll
 from .errors import Refusal
 
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -189,8 +191,10 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
     if not bpf:
         raise Refusal("the plan has no seccomp filter", "recompile the plan")
 
+    sbxc_pid = os.getpid()
+
     def child_setup():
-        confine(rules, ports, fs, net, scoped, bpf, is_root=ctx.is_root)
+        confine(rules, ports, fs, net, scoped, bpf, is_root=ctx.is_root, sbxc_pid=sbxc_pid)
 
     argv = [_which(cmd[0], env)] + list(cmd[1:])
     return LaunchSpec(argv, env, child_setup=child_setup, exec_is_command=True, cleanups=cleanups)
@@ -233,9 +237,16 @@ def drop_privileges(ctypes, libc, is_root: bool) -> None:
         raise _fail("dropping capabilities", ctypes.get_errno())
 
 
-def confine(rules, ports, fs: int, net: int, scoped: int, bpf: bytes, *, is_root: bool) -> None:
+def confine(rules, ports, fs: int, net: int, scoped: int, bpf: bytes, *, is_root: bool, sbxc_pid: int) -> None:
     """In the forked child: everything between fork and exec (see the module text)."""
     ctypes, libc = _libc()
+    # The command dies with sbxc (SPEC §5): the death signal survives exec (not a setuid
+    # one, and no-new-privileges rules those out). If sbxc died before the prctl, the
+    # parent changed already: stop.
+    if libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0) != 0:
+        raise _fail("setting the parent-death signal", ctypes.get_errno())
+    if os.getppid() != sbxc_pid:
+        raise Refusal("sbxc ended while the sandbox was being set up", "run the command again")
     os.setsid()
     if libc.syscall(ctypes.c_long(_nr("keyctl")), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None) < 0:
         err = ctypes.get_errno()
