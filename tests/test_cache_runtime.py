@@ -3,6 +3,7 @@ cleanup. These call the module directly; tests/live/test_cache_live.py goes thro
 import os
 import stat
 import subprocess
+import time
 
 import pytest
 
@@ -333,3 +334,57 @@ def test_disk_usage_agrees_with_du(base):
     du = int(subprocess.run(["du", "-sk", str(d)], capture_output=True, text=True, check=True).stdout.split()[0])
     assert -(-nbytes // 1024) == du
     assert du >= 300  # the random file really is counted
+
+
+# --- throwaways left by killed runs ---------------------------------------------------------
+
+def fake_leftover(age):
+    base = cachedir.THROWAWAY_BASES[0]
+    name = f"{cachedir.THROWAWAY_PREFIX}{UID}-{os.urandom(8).hex()}"
+    p = os.path.join(base, name)
+    os.makedirs(os.path.join(p, "proj-0123456789abcdef", "xdg"))
+    os.chmod(os.path.join(p, "proj-0123456789abcdef"), 0o500)  # read-only, as Go leaves them
+    t = time.time() - age
+    os.utime(p, (t, t))
+    return base, name, p
+
+
+def test_stale_unlocked_throwaways_are_reaped_fresh_or_locked_ones_kept(base):
+    import fcntl
+
+    old_base, old_name, old = fake_leftover(3600)
+    _, _, fresh = fake_leftover(0)
+    _, held_name, held = fake_leftover(3600)
+    lock = os.open(held, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        assert (old_base, old_name) in cachedir.leftover_throwaways(UID)
+        assert all(n != held_name for _b, n in cachedir.leftover_throwaways(UID))
+        # a run that needs a throwaway reaps the stale one on the way
+        root = base / "root"
+        root.mkdir()
+        os.chmod(root, 0o755)
+        setup = cachedir.prepare(section(root), project=PROJECT)
+        assert not os.path.lexists(old)
+        assert os.path.isdir(fresh) and os.path.isdir(held)
+        # and its own throwaway is locked while the run lasts
+        probe = os.open(setup.actual_root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(probe)
+        assert (cachedir.THROWAWAY_BASES[0], os.path.basename(setup.actual_root)) not in \
+            cachedir.leftover_throwaways(UID, now=time.time() + 7200)
+        setup.cleanup()
+        setup.cleanup()  # twice is harmless
+        assert not os.path.lexists(setup.actual_root)
+    finally:
+        os.close(lock)
+        for p in (fresh, held, old):
+            if os.path.lexists(p):
+                fd = os.open(os.path.dirname(p), os.O_PATH | os.O_DIRECTORY)
+                try:
+                    cachedir.remove_tree(fd, os.path.basename(p))
+                finally:
+                    os.close(fd)

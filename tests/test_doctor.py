@@ -227,3 +227,19 @@ def test_root_entries_that_are_not_project_caches_are_left_alone(base):
 ])
 def test_is_project_id(name, ok):
     assert cachedir.is_project_id(name) is ok
+
+
+def test_doctor_lists_and_clear_all_removes_leftover_throwaways(base):
+    name = f"{cachedir.THROWAWAY_PREFIX}{UID}-{os.urandom(8).hex()}"
+    p = os.path.join(cachedir.THROWAWAY_BASES[0], name)
+    os.makedirs(os.path.join(p, "x"))
+    os.utime(p, (1, 1))
+    try:
+        r = sbxc("doctor", "--root", str(base / "root"))
+        assert "leftover throwaway caches" in r.stdout and p in r.stdout
+        r = sbxc("cache", "clear", "--all", "--root", str(base / "root"))
+        assert r.returncode == 0 and "removed" in r.stdout
+        assert not os.path.lexists(p)
+    finally:
+        if os.path.lexists(p):
+            subprocess.run(["rm", "-rf", p])

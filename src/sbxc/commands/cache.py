@@ -103,8 +103,12 @@ def main(argv) -> int:
 
 def clear(root: str, pid: str | None, uid: int) -> int:
     """Empty one project's cache folder (``pid``) or, with ``pid=None``, remove every project
-    folder and marker under ``root``. The root and project folders must be ours and no
+    folder and marker under ``root`` and this user's leftover throwaway caches. The root and project folders must be ours and no
     symlinks; a mode wider than 0700 does not stop clearing (emptying it is the fix)."""
+    if pid is None:
+        n = cachedir.remove_leftover_throwaways(uid)
+        if n:
+            sys.stdout.write(f"removed {n} leftover throwaway cache(s)\n")
     try:
         root_fd = cachedir.open_root(root, uid, create=False, check_mode=False)
     except FileNotFoundError:

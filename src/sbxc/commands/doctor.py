@@ -147,6 +147,19 @@ def cache_lines(root: str, uid: int) -> list[str]:
     return lines
 
 
+def leftover_lines(uid: int) -> list[str]:
+    """Throwaway caches that runs killed before their clean-up left behind (a later run that
+    needs a throwaway, or ``cache clear --all``, removes them)."""
+    left = cachedir.leftover_throwaways(uid)
+    if not left:
+        return []
+    lines = ["leftover throwaway caches (from runs that were killed):"]
+    for base, name in left:
+        lines.append(f"  {base}/{one_line(name)}")
+    lines.append("    clear:     sbxc cache clear --all")
+    return lines
+
+
 def main(argv) -> int:
     p = argparse.ArgumentParser(prog="sbxc doctor")
     p.add_argument("--root", metavar="ROOT", help="the cache root to list (default: the current project's, else /var/tmp/sbxc-{uid})")
@@ -179,6 +192,7 @@ def main(argv) -> int:
             roots.append(os.path.normpath(found[0]))
     for root in roots:
         lines += cache_lines(root, uid)
+    lines += leftover_lines(uid)
     sys.stdout.write("\n".join(lines) + "\n")
     if host.platform == "darwin":
         return 0

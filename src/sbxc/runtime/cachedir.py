@@ -395,8 +395,18 @@ def disk_usage(dir_fd: int) -> int:
 
 # --- the throwaway cache ------------------------------------------------------------------
 
-def _make_throwaway(uid: int, pid: str, subdirs) -> tuple[str, str, str]:
-    """A fresh, empty 0700 root with ``pid`` inside: returns (base, name, root path)."""
+# A throwaway is locked (flock on its folder) by the sbxc process that uses it, for as
+# long as the run lasts. One that is unlocked and older than this was left by a run that
+# was killed before it could clean up, and may be removed. The age rule covers the few
+# microseconds between a throwaway's mkdir and its lock.
+STALE_AFTER = 60.0
+
+
+def _make_throwaway(uid: int, pid: str, subdirs) -> tuple[str, str, str, int]:
+    """A fresh, empty 0700 root with ``pid`` inside, locked:
+    returns (base, name, root path, descriptor holding the lock)."""
+    import fcntl  # only on this rare path
+
     last = "no /var/tmp or /tmp to make it in"
     for base in THROWAWAY_BASES:
         try:
@@ -405,6 +415,7 @@ def _make_throwaway(uid: int, pid: str, subdirs) -> tuple[str, str, str]:
             last = getattr(e, "problem", None) or f"{base}: {e}"
             continue
         try:
+            _reap(base_fd, uid)
             for _attempt in range(8):
                 name = f"{THROWAWAY_PREFIX}{uid}-{os.urandom(8).hex()}"
                 try:
@@ -416,34 +427,118 @@ def _make_throwaway(uid: int, pid: str, subdirs) -> tuple[str, str, str]:
                 except OSError as e:
                     last = f"{base}: {e.strerror}"
                     break
-                fd = os.open(name, _DIR_FLAGS, dir_fd=base_fd)
+                lock_fd = os.open(name, _READ_DIR_FLAGS, dir_fd=base_fd)
                 try:
-                    os.mkdir(pid, 0o700, dir_fd=fd)
-                    pfd = os.open(pid, _DIR_FLAGS, dir_fd=fd)
+                    fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    os.mkdir(pid, 0o700, dir_fd=lock_fd)
+                    pfd = os.open(pid, _DIR_FLAGS, dir_fd=lock_fd)
                     try:
                         _make_subdirs(pfd, subdirs)
                     finally:
                         os.close(pfd)
-                finally:
-                    os.close(fd)
-                return base, name, f"{base}/{name}"
+                except BaseException:
+                    os.close(lock_fd)
+                    remove_tree(base_fd, name)
+                    raise
+                return base, name, f"{base}/{name}", lock_fd
         finally:
             os.close(base_fd)
     raise CacheRefused(f"the cache folder failed its checks and no throwaway cache folder could be made ({last})",
                        "fix the cache folder (see `sbxc doctor`), or turn caching off in the policy")
 
 
-def _remove_throwaway(base: str, name: str, uid: int) -> None:
+def _remove_throwaway(base: str, name: str, uid: int, lock_fd: int) -> None:
     try:
         base_fd = open_parents(base + "/x", uid)
     except (Unsafe, OSError):
+        os.close(lock_fd)
         return
     try:
         remove_tree(base_fd, name)
     except OSError:
-        pass  # left for the system's /var/tmp cleaning; nothing outside it was touched
+        pass  # reaped by a later run or `sbxc cache clear --all`; nothing outside was touched
     finally:
         os.close(base_fd)
+        os.close(lock_fd)  # the lock goes last: no one reaps it while we delete
+
+
+def leftover_throwaways(uid: int, now: float | None = None) -> list:
+    """[(base, name)] of this user's throwaways that no running sbxc holds and that are
+    older than ``STALE_AFTER``: left by runs that were killed."""
+    out = []
+    for base in THROWAWAY_BASES:
+        try:
+            base_fd = open_parents(base + "/x", uid)
+        except (Unsafe, OSError):
+            continue
+        try:
+            out += [(base, n) for n in _stale(base_fd, uid, now)]
+        finally:
+            os.close(base_fd)
+    return out
+
+
+def _stale(base_fd: int, uid: int, now: float | None = None) -> list:
+    import fcntl
+    import time
+
+    now = time.time() if now is None else now
+    prefix = f"{THROWAWAY_PREFIX}{uid}-"
+    fd = os.open(".", _READ_DIR_FLAGS, dir_fd=base_fd)
+    try:
+        with os.scandir(fd) as it:
+            names = [e.name for e in it if e.name.startswith(prefix)]
+    finally:
+        os.close(fd)
+    out = []
+    for name in names:
+        try:
+            dfd = os.open(name, _READ_DIR_FLAGS, dir_fd=base_fd)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(dfd)
+            if st.st_uid != uid or now - st.st_mtime < STALE_AFTER:
+                continue
+            try:
+                fcntl.flock(dfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a running sbxc holds it
+            fcntl.flock(dfd, fcntl.LOCK_UN)
+            out.append(name)
+        finally:
+            os.close(dfd)
+    return out
+
+
+def _reap(base_fd: int, uid: int) -> None:
+    """Remove this user's stale throwaways in ``base_fd`` (best effort)."""
+    try:
+        names = _stale(base_fd, uid)
+    except OSError:
+        return
+    for name in names:
+        try:
+            remove_tree(base_fd, name)
+        except OSError:
+            pass
+
+
+def remove_leftover_throwaways(uid: int) -> int:
+    n = 0
+    for base, name in leftover_throwaways(uid):
+        try:
+            base_fd = open_parents(base + "/x", uid)
+        except (Unsafe, OSError):
+            continue
+        try:
+            remove_tree(base_fd, name)
+            n += 1
+        except OSError:
+            pass
+        finally:
+            os.close(base_fd)
+    return n
 
 
 # --- the entry point ----------------------------------------------------------------------
@@ -502,6 +597,17 @@ def _noop() -> None:
     return None
 
 
+def _once(fn):
+    done = []
+
+    def run() -> None:
+        if not done:
+            done.append(True)
+            fn()
+
+    return run
+
+
 def prepare(cache: dict, project: str = "", uid: int | None = None) -> CacheSetup:
     """Make sure this project's cache folder is safe to hand to the sandbox.
 
@@ -524,12 +630,12 @@ def prepare(cache: dict, project: str = "", uid: int | None = None) -> CacheSetu
         fix = (e.fix if isinstance(e, Unsafe) else "") or "set cache.root to a folder you own, outside others' reach"
         if cache.get("required"):
             raise CacheRefused(f"{problem}, and cache.required is set", fix) from None
-        base, name, troot = _make_throwaway(uid, pid, _subdirs(cache))
+        base, name, troot, lock_fd = _make_throwaway(uid, pid, _subdirs(cache))
         setup = CacheSetup(f"{troot}/{pid}", None, None, env, root, troot, pid)
         setup.env = [(k, setup.relocate(v)) for k, v in env]
         setup.warning = one_line(f"sbxc: warning: {problem}; this run uses an empty throwaway cache "
                                  f"(deleted afterwards); fix: {fix}")
-        setup.cleanup = lambda: _remove_throwaway(base, name, uid)
+        setup.cleanup = _once(lambda: _remove_throwaway(base, name, uid, lock_fd))
         return setup
     try:
         _make_subdirs(proj_fd, _subdirs(cache))
