@@ -384,3 +384,42 @@ def test_plan_cache_not_writable_inside(sbxc):
     assert set(before) <= set(os.listdir(d))
     st = os.stat(d)
     assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
+
+
+def test_signal_to_sbxc_ends_the_command(sbxc, tmp_path):
+    """SIGTERM to sbxc reaches the sandbox; nothing of the command survives it."""
+    import signal
+    import time
+
+    pidfile = os.path.join(sbxc.project, "inner.pid")
+    pol = policy()
+    with open(os.path.join(sbxc.project, "sandbox.policy.yaml"), "w") as f:
+        f.write(pol)
+    # the command's argv carries a unique tag, to look for survivors on the host afterwards
+    tag = f"sbxc-signal-test-{os.getpid()}-{time.monotonic_ns()}"
+    argv = sbxc_argv("exec", "--policy", os.path.join(sbxc.project, "sandbox.policy.yaml"), "--",
+                     PY, "-c", f"import time,sys; open({pidfile!r},'w').write('up'); time.sleep(30)  # {tag}")
+    p = subprocess.Popen(argv, env=base_env(sbxc.home), cwd=sbxc.project, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):  # bounded: 20 s
+            if os.path.exists(pidfile):
+                break
+            time.sleep(0.1)
+        assert os.path.exists(pidfile), "the command did not start"
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(5)
+    assert rc == 128 + signal.SIGTERM
+    time.sleep(0.2)
+    survivors = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if tag.encode() in open(f"/proc/{pid}/cmdline", "rb").read():
+                    survivors.append(pid)
+            except OSError:
+                pass
+    assert survivors == []
