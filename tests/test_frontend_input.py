@@ -187,3 +187,24 @@ def test_builtin_default_is_exactly_the_contract(tmp_path):
     from sbxc.backends.seccomp import BUILTIN_DENY
 
     assert set(BUILTIN_DENY) <= set(p.syscalls.deny)
+
+
+@pytest.fixture(params=["libyaml", "python"])
+def either_loader(request, monkeypatch):
+    from sbxc.compiler import frontend
+
+    if request.param == "python":
+        monkeypatch.setattr(frontend, "_LOADER", frontend._PolicyLoader)
+    elif frontend._LOADER is frontend._PolicyLoader:
+        pytest.skip("libyaml 0.2.5+ is not available here")
+    return request.param
+
+
+def test_both_yaml_parsers_agree_on_positions_and_limits(tmp_path, either_loader):
+    r = compile_bytes(tmp_path, b"sbxc: 1\nfilesystem:\n  - read /\n  - \"wirte /x\"  # note\n  - read {hme}\n")
+    got = sorted((d.code, d.span.line, d.span.col) for d in r.diagnostics)
+    assert got == [("SBX012", 4, 6), ("SBX030", 5, 10)]
+    r = compile_bytes(tmp_path, ("sbxc: 1\nfilesystem: " + "[" * 3000 + "]" * 3000 + "\n").encode())
+    assert r.plan is None and {d.code for d in r.diagnostics} & {"SBX005", "SBX006"}
+    r = compile_bytes(tmp_path, b"sbxc: 1\nfilesystem:\n\t- read /\n")
+    assert [d.code for d in r.diagnostics] == ["SBX005"] and "tab" in r.diagnostics[0].hint

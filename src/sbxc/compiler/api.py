@@ -158,6 +158,20 @@ def compile_policy(policy_path: Optional[str], *, cwd: str, environ: Mapping[str
     ``overrides`` holds command-line flags (``backend``: str, ``network``: bool); they win
     over every file. ``paths`` answers filesystem questions (tests pass a fake).
     """
+    import gc
+
+    # Compiling allocates many small objects and no reference cycles worth collecting
+    # early; the collector's full passes would make large policies cost more than linear.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _compile(policy_path, cwd=cwd, environ=environ, host=host, overrides=overrides, paths=paths)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _compile(policy_path, *, cwd, environ, host, overrides, paths) -> CompileResult:
     from ..backends import choose_backend
 
     overrides = overrides or {}

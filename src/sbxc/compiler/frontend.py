@@ -38,20 +38,26 @@ MAX_DEPTH = 64
 class YScalar:
     value: Union[str, int, float, bool, None]
     span: Span
-    positions: Optional[list[tuple[int, int]]] = None
-    """(line, col) in the file of each character of ``value`` when it is a string and the
-    mapping could be worked out (plain, single- and double-quoted one-line scalars)."""
+    cols: Optional[list[int]] = None
+    """Column in the file of each character of ``value`` (on the scalar's first line),
+    when that could be worked out: quoted one-line scalars."""
+    col0: int = 0
+    """For a plain one-line scalar, the column of ``value[0]`` (character i is at col0 + i)."""
+
+    def _col(self, offset: int) -> int:
+        if self.col0:
+            return self.col0 + offset if 0 <= offset < len(self.value) else 0
+        if self.cols and 0 <= offset < len(self.cols):
+            return self.cols[offset]
+        return 0
 
     def span_at(self, offset: int, length: int = 1) -> Span:
-        """The file span of ``value[offset:offset+length]``; the scalar's start otherwise."""
-        pos = self.positions
-        if pos and 0 <= offset < len(pos):
-            line, col = pos[offset]
-            end = offset + max(1, length) - 1
-            if end < len(pos) and pos[end][0] == line:
-                return Span(self.span.file, line, col, line, pos[end][1] + 1)
-            return Span(self.span.file, line, col, line, col + 1)
-        return self.span
+        """The file span of ``value[offset:offset+length]``; the scalar's own span otherwise."""
+        col = self._col(offset)
+        if not col:
+            return self.span
+        end = self._col(offset + max(1, length) - 1) or col
+        return Span(self.span.file, self.span.line, col, self.span.line, end + 1)
 
 
 @dataclass(slots=True)
@@ -124,6 +130,29 @@ class _PolicyLoader(Reader, Scanner, Parser, Composer, _PolicyResolver):
         _PolicyResolver.__init__(self)
 
 
+def _c_loader():
+    """libyaml's parser when present and new enough to bound nesting itself (0.2.5+): it is
+    about ten times faster, and its composer recurses in C, so it must not see unbounded depth."""
+    if not getattr(yaml, "__with_libyaml__", False):
+        return None
+    try:
+        version = tuple(int(x) for x in yaml._yaml.get_version_string().split(".")[:3])
+    except (AttributeError, ValueError):
+        return None
+    if version < (0, 2, 5):
+        return None
+
+    class _CPolicyLoader(yaml._yaml.CParser, _PolicyResolver):
+        def __init__(self, stream):
+            yaml._yaml.CParser.__init__(self, stream)
+            _PolicyResolver.__init__(self)
+
+    return _CPolicyLoader
+
+
+_LOADER = _c_loader() or _PolicyLoader
+
+
 class _Budget:
     def __init__(self):
         self.nodes = 0
@@ -134,34 +163,30 @@ class _TooBig(Exception):
         self.what, self.limit, self.span = what, limit, span
 
 
-def _scalar_positions(text: str, node: ScalarNode, value: str) -> Optional[list[tuple[int, int]]]:
+def _scalar_positions(text: str, node: ScalarNode, value: str) -> tuple[int, Optional[list[int]]]:
+    """(col0, cols) for ``YScalar``; (0, None) when characters cannot be mapped to columns."""
     sm, em = node.start_mark, node.end_mark
     if sm.line != em.line or node.style in ("|", ">"):
-        return None
+        return 0, None
+    col0 = sm.column + 1
+    if not node.style:  # plain: None from PyYAML's parser, "" from libyaml's
+        # libyaml's end mark can include trailing blanks; the start is exact.
+        return (col0, None) if text[sm.index:sm.index + len(value)] == value else (0, None)
     raw = text[sm.index:em.index]
-    line, col0 = sm.line + 1, sm.column + 1
-    out: list[tuple[int, int]] = []
-    if node.style is None:
-        if raw != value:
-            return None
-        return [(line, col0 + i) for i in range(len(value))]
+    cols: list[int] = []
+    i = 1
     if node.style == "'":
-        i = 1
         while i < len(raw) - 1:
-            out.append((line, col0 + i))
+            cols.append(col0 + i)
             i += 2 if raw[i] == "'" and raw[i + 1:i + 2] == "'" else 1
     elif node.style == '"':
         widths = {"x": 2, "u": 4, "U": 8}
-        i = 1
         while i < len(raw) - 1:
-            out.append((line, col0 + i))
-            if raw[i] == "\\":
-                i += 2 + widths.get(raw[i + 1:i + 2], 0)
-            else:
-                i += 1
+            cols.append(col0 + i)
+            i += 2 + widths.get(raw[i + 1:i + 2], 0) if raw[i] == "\\" else 1
     else:
-        return None
-    return out if len(out) == len(value) else None
+        return 0, None
+    return (0, cols) if len(cols) == len(value) else (0, None)
 
 
 def _mark_span(file: str, node) -> Span:
@@ -178,8 +203,10 @@ def _convert(node, src: SourceFile, budget: _Budget, depth: int, diags: list[Dia
         raise _TooBig("deeply nested", MAX_DEPTH, span)
     if isinstance(node, ScalarNode):
         value = _scalar_value(node)
-        pos = _scalar_positions(src.text, node, value) if isinstance(value, str) else None
-        return YScalar(value, span, pos)
+        if isinstance(value, str):
+            col0, cols = _scalar_positions(src.text, node, value)
+            return YScalar(value, span, cols, col0)
+        return YScalar(value, span)
     if isinstance(node, SequenceNode):
         return YSeq([_convert(n, src, budget, depth + 1, diags) for n in node.value], span)
     assert isinstance(node, MappingNode)
@@ -255,7 +282,7 @@ def decode_source(path: str, data: bytes, diags: list[Diagnostic]) -> tuple[Opti
 
 def load_yaml(src: SourceFile, diags: list[Diagnostic]) -> Optional[YNode]:
     """Compose the one YAML document of ``src`` into a positioned tree."""
-    loader = _PolicyLoader(src.text)
+    loader = _LOADER(src.text)
     try:
         try:
             node = loader.get_single_node()
@@ -294,7 +321,8 @@ def load_yaml(src: SourceFile, diags: list[Diagnostic]) -> Optional[YNode]:
         diags.append(diag("SBX006", point(src.path, 1, 1), what="deeply nested", limit=MAX_DEPTH))
         return None
     finally:
-        loader.dispose()
+        if hasattr(loader, "dispose"):
+            loader.dispose()
     if not isinstance(tree, YMap):
         diags.append(diag("SBX008", tree.span, got=type_name(tree), hint="start with `sbxc: 1`"))
         return None
@@ -308,18 +336,20 @@ class PathAst:
     text: str
     """The path as written, quotes removed, variables not yet expanded."""
     span: Span
-    offsets: tuple[Span, ...] = ()
-    """Span of each character of ``text`` (for pointing at a variable inside it)."""
+    scalar: Optional[YScalar] = None
+    """The YAML scalar of the whole rule, for pointing at a character inside the path."""
+    index: tuple[int, ...] = ()
+    """Offset in the rule string of each character of ``text`` (quotes and escapes skipped)."""
 
     def span_at(self, offset: int, length: int = 1) -> Span:
-        if self.offsets and 0 <= offset < len(self.offsets):
-            s = self.offsets[offset]
-            end = min(len(self.offsets) - 1, offset + max(1, length) - 1)
-            e = self.offsets[end]
-            if e.line == s.line:
-                return Span(s.file, s.line, s.col, s.line, e.col + 1)
-            return s
-        return self.span
+        if self.scalar is None or not (0 <= offset < len(self.index)):
+            return self.span
+        start = self.scalar.span_at(self.index[offset])
+        end_off = min(len(self.index) - 1, offset + max(1, length) - 1)
+        end = self.scalar.span_at(self.index[end_off])
+        if start is self.scalar.span or end.line != start.line:
+            return start
+        return Span(start.file, start.line, start.col, start.line, end.end_col)
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,8 +452,7 @@ def parse_fs_rule(scalar: YScalar, diags: list[Diagnostic]) -> Optional[FsRuleAs
         else:
             ptext = str(tok)
             idx = list(range(start, start + len(ptext)))
-        offsets = tuple(scalar.span_at(j) for j in idx) if scalar.positions else ()
-        paths.append(PathAst(ptext, scalar.span_at(start, len(str(tok))), offsets))
+        paths.append(PathAst(ptext, scalar.span_at(start, len(str(tok))), scalar, tuple(idx)))
     return FsRuleAst(verb, optional, tuple(paths), scalar.span, verb_span, text)
 
 

@@ -397,13 +397,14 @@ def normalize(m: Merged, ctx: Context, root_dir: str) -> Optional[Plan]:
                       key=fs_sort_key))
 
     # a mask of a missing path under a writable parent can be undone by creating the path
+    by_real = {r.path: r for r in fs}
     for r in fs:
         if r.access == MASK and r.kind == KIND_MISSING and r.origin == "filesystem":
-            parent = posixpath.dirname(r.path)
             owner = None
-            for o in fs:
-                if o is not r and is_within(parent, o.path) and (owner is None or len(o.path) > len(owner.path)):
-                    owner = o
+            parent = r.path
+            while parent != "/" and owner is None:
+                parent = posixpath.dirname(parent)
+                owner = by_real.get(parent)
             if owner is not None and owner.access == WRITE:
                 diags.append(diag("SBX042", r.span, path=r.path,
                                   related=[Related(owner.span, f"{owner.access} {owner.path} given here")]
