@@ -243,3 +243,12 @@ def test_doctor_lists_and_clear_all_removes_leftover_throwaways(base):
     finally:
         if os.path.lexists(p):
             subprocess.run(["rm", "-rf", p])
+
+
+def test_doctor_says_when_the_project_is_gone(base):
+    root = base / "root"
+    (base / "p").mkdir()
+    make_cache(root, base / "p")
+    os.rmdir(base / "p")
+    r = sbxc("doctor", "--root", str(root))
+    assert f"project:   {base / 'p'}  (gone: that folder no longer exists)" in r.stdout

@@ -138,7 +138,9 @@ def cache_lines(root: str, uid: int) -> list[str]:
                 os.close(rfd)
             when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(last))
             lines.append(f"  {shown}")
-            lines.append(f"    project:   {project or 'unknown (no marker)'}")
+            gone = bool(project) and not os.path.isdir(project)
+            lines.append(f"    project:   {project or 'unknown (no marker)'}"
+                         + ("  (gone: that folder no longer exists)" if gone else ""))
             lines.append(f"    size:      {_kib(size)} KiB ({_human(size)}), as du -sk counts")
             lines.append(f"    last used: {when}")
             lines.append(f"    clear:     {clear_command(root, pid, project, uid)}")
