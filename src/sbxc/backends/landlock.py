@@ -35,9 +35,11 @@ ALL_FS = ll.ABI_RIGHTS[ll.ABI_MAX][0]
 WRITE_RIGHTS = ALL_FS
 # Rights checked on a file's parent folder that cannot touch an existing file: listing
 # the folder, making new entries (a new entry cannot take an existing name without
-# REMOVE_FILE), removing folders.
+# REMOVE_FILE), removing folders. Not MAKE_REG: where the folder cannot also give
+# WRITE_FILE, open(O_CREAT|O_WRONLY) would create the file and then fail to open it,
+# leaving an empty file behind on the host (a stale .git/index.lock, say).
 _PARENT_SAFE_FOR_FILE = (
-    ll.FS_READ_DIR | ll.FS_REMOVE_DIR | ll.FS_MAKE_CHAR | ll.FS_MAKE_DIR | ll.FS_MAKE_REG
+    ll.FS_READ_DIR | ll.FS_REMOVE_DIR | ll.FS_MAKE_CHAR | ll.FS_MAKE_DIR
     | ll.FS_MAKE_SOCK | ll.FS_MAKE_FIFO | ll.FS_MAKE_BLOCK | ll.FS_MAKE_SYM
 )
 
