@@ -177,3 +177,26 @@ def test_abi_table():
 def test_deterministic():
     p = plan(DEFAULTISH)
     assert landlock.lower(p, host(p)).data == landlock.lower(p, host(p)).data
+
+
+def test_runner_abi_check_strict_and_best_effort():
+    from sbxc.runtime.errors import Refusal
+    from sbxc.runtime.landlock_run import check_abi
+
+    p = plan([r("/", "read")], Network(NET_OFF))
+    data = landlock.lower(p, HostFacts(landlock_abi=7)).data
+    warned = []
+    fs, net, scoped, _ = check_abi(data, 7, warned.append)
+    assert fs == landlock.ALL_FS and net == 3 and scoped == 3 and not warned
+    with pytest.raises(Refusal) as e:
+        check_abi(data, 3, warned.append)
+    assert "ABI is 3" in e.value.cause and "needs 6" in e.value.cause
+    be = dict(data, best_effort=True)
+    fs, net, scoped, _ = check_abi(be, 3, warned.append)
+    assert net == 0 and scoped == 0 and not fs & ll.FS_IOCTL_DEV
+    assert warned and "connect_tcp" in warned[0] and "signal" in warned[0] and "ioctl_dev" in warned[0]
+    with pytest.raises(Refusal) as e:
+        check_abi(dict(be, min_abi=4), 3, warned.append)  # min_abi stays a floor
+    assert "ABI is 3" in e.value.cause and "at least 4" in e.value.cause
+    with pytest.raises(Refusal):
+        check_abi(be, 0, warned.append)
