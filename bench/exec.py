@@ -103,6 +103,13 @@ def main() -> int:
             ("sbxc exec --plan", lambda: spawn([args.sbxc, "exec", "--plan", plan_path, "--", args.cmd], env, cwd=project)),
             ("sbxc exec --policy (cached)", lambda: spawn([args.sbxc, "exec", "--", args.cmd], env, cwd=project)),
         ]
+        # What a lean entry point would give (a proposal, not what `sbxc` is today): the
+        # interpreter without site (-I -S: no .pth files, no sitecustomize), sbxc's folder
+        # put on sys.path by the entry itself.
+        pkg_dir = os.path.dirname(os.path.dirname(os.path.abspath(__import__("sbxc").__file__)))
+        lean = [sys.executable, "-I", "-S", "-c",
+                f"import sys; sys.path.insert(0, {pkg_dir!r}); from sbxc.cli import main; sys.exit(main(sys.argv[1:]))"]
+        variants.append(("lean entry (-I -S), cached", lambda: spawn(lean + ["exec", "--", args.cmd], env, cwd=project)))
         firejail = shutil.which("firejail")
         if firejail:
             variants.append(("firejail --noprofile", lambda: spawn([firejail, "--quiet", "--noprofile", args.cmd], env, cwd=project)))
