@@ -99,3 +99,34 @@ def stable(text: str, root: str) -> str:
     """Replace the temporary root with <root> and project-id hashes with <id>."""
     text = text.replace(os.path.realpath(root), "<root>").replace(root, "<root>")
     return _PID.sub(lambda m: f"{m.group(1)}-<id>", text)
+
+
+def with_listings(plan, host, root: str):
+    """``host`` with the folder listings Landlock lowering asks for, taken from the case's
+    tree (inside ``root``) and from ``SYSTEM`` (outside), so nothing depends on what else
+    happens to be on this machine (other runs' folders in /var/tmp, say)."""
+    import dataclasses
+
+    if "listings" not in getattr(host, "__dataclass_fields__", {}):
+        return host
+    try:
+        from sbxc.backends.landlock import listing_dirs
+    except ImportError:
+        return host
+    from sbxc.runtime.probe import dir_listings
+
+    root = root.rstrip("/")
+    out = []
+    for d in listing_dirs(plan):
+        if d == root or d.startswith(root + "/"):
+            out.extend(dir_listings([d]))
+            continue
+        prefix = d.rstrip("/") + "/"
+        entries = {}
+        for p, (kind, _uid, _mode) in SYSTEM.items():
+            if p.startswith(prefix) and "/" not in p[len(prefix):] and p != d:
+                entries[p[len(prefix):]] = "symlink" if kind.startswith("symlink:") else kind
+        if root.startswith(prefix):
+            entries[root[len(prefix):].split("/")[0]] = "dir"
+        out.append((d, tuple(sorted(entries.items()))))
+    return dataclasses.replace(host, listings=tuple(sorted(out)))

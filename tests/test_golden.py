@@ -11,7 +11,8 @@
 
 Each case runs in a fresh temporary tree with a fixed fake host and environment; the
 temporary root is written <root> and project-id hashes <id>, so the files are the same on
-every machine. Seccomp programs are shown as <bpf> (their bytes depend on libseccomp's
+every machine. Folder listings that Landlock lowering needs come from the same fake world
+(compiler_fakes.with_listings), never from this machine's disk. Seccomp programs are shown as <bpf> (their bytes depend on libseccomp's
 version; tests/live checks what they do).
 
 To accept new output on purpose:  SBXC_REGEN=1 .venv/bin/python -m pytest tests/test_golden.py
@@ -28,7 +29,7 @@ from dataclasses import asdict
 
 import pytest
 
-from compiler_fakes import FakePaths, fake_environ, fake_host, make_tree, stable
+from compiler_fakes import FakePaths, fake_environ, fake_host, make_tree, stable, with_listings
 
 HERE = os.path.join(os.path.dirname(__file__), "golden")
 CASES = sorted(d for d in os.listdir(HERE) if os.path.isdir(os.path.join(HERE, d))) if os.path.isdir(HERE) else []
@@ -76,15 +77,17 @@ def outputs(case: str, tmp_path) -> dict[str, str]:
     host = fake_host(home=home)
     paths = FakePaths(root)
     args = _read(case, "args.txt").split()
+    overrides = {}
+    if "--network=false" in args:
+        overrides["network"] = False
+    result = compile_policy(None, cwd=proj, environ=environ, host=host, overrides=overrides, paths=paths)
+    if result.plan is not None:
+        host = with_listings(result.plan, host, root)
 
     out, err = io.StringIO(), io.StringIO()
     code = compile_cmd.run(["--check", *args], cwd=proj, environ=environ, host=host, paths=paths, stdout=out, stderr=err)
     files = {"check.txt": stable(out.getvalue() + err.getvalue() + f"exit: {code}\n", root)}
 
-    overrides = {}
-    if "--network=false" in args:
-        overrides["network"] = False
-    result = compile_policy(None, cwd=proj, environ=environ, host=host, overrides=overrides, paths=paths)
     if result.plan is None:
         return files
     files["plan.json"] = stable(json.dumps(asdict(result.plan), indent=1, sort_keys=True) + "\n", root)
