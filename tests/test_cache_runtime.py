@@ -388,3 +388,48 @@ def test_stale_unlocked_throwaways_are_reaped_fresh_or_locked_ones_kept(base):
                     cachedir.remove_tree(fd, os.path.basename(p))
                 finally:
                     os.close(fd)
+
+
+# --- inside a nested user namespace ---------------------------------------------------------
+
+NESTED = r'''
+import json, os, sys
+from sbxc.runtime.cachedir import prepare, nested_overflow_uid
+c = json.loads(sys.argv[1])
+s = prepare(c, "/some/project")
+out = {"overflow": nested_overflow_uid(), "dir": s.dir, "warning": s.warning, "env": s.env}
+s.cleanup()
+out["left"] = os.path.lexists(s.actual_root) if s.actual_root != c["root"] else False
+print(json.dumps(out))
+'''
+
+
+def test_nested_user_namespace_gets_a_throwaway_not_a_refusal(base):
+    """In a user namespace root's folders show as the overflow uid: the persistent cache
+    cannot be vouched for, but the run still gets a (throwaway) cache instead of 125."""
+    import json
+    import shutil
+    import sys
+
+    if not shutil.which("unshare"):
+        pytest.skip("unshare (util-linux) is not installed")
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    argv = ["unshare", "-r", sys.executable, "-I", "-c", f"import sys; sys.path[:0] = {[src] + sys.path!r}\n" + NESTED]
+    root = f"/var/tmp/sbxc-nested-test-{os.getpid()}"
+    c = section(root)
+    if UID == 0:
+        # as root a namespace maps root itself; run as an account-less uid so that root's
+        # folders are outside the namespace, as they are for any user
+        if not shutil.which("setpriv"):
+            pytest.skip("setpriv (util-linux) is not installed")
+        argv = ["setpriv", "--reuid=54321", "--regid=54321", "--clear-groups"] + argv
+    r = subprocess.run(argv + [json.dumps(c)], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0 and "unshare" in r.stderr:
+        pytest.skip(f"user namespaces are not available here: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["overflow"] > 0
+    assert out["warning"] and "outside this user namespace" in out["warning"]
+    assert out["dir"].startswith(("/var/tmp/" + cachedir.THROWAWAY_PREFIX, "/tmp/" + cachedir.THROWAWAY_PREFIX))
+    assert not out["left"]
+    assert not os.path.lexists(root)

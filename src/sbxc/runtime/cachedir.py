@@ -100,7 +100,33 @@ def _describe(name: str, dir_fd: int, shown: str, path: str) -> Unsafe:
     return Unsafe(f"{shown} is not a folder", f"move {path} away, or {_FIX_ROOT}")
 
 
+def _read_small(path: str) -> str:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        return os.read(fd, 4096).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+
+
+def nested_overflow_uid() -> int:
+    """The uid that owners outside this user namespace show as (the kernel's overflow uid,
+    usually 65534) when this process runs in a user namespace other than the initial one;
+    -1 in the initial namespace, where that uid is a real account."""
+    fields = _read_small("/proc/self/uid_map").split()
+    if fields[:3] == ["0", "0", "4294967295"] or not fields:
+        return -1
+    try:
+        return int(_read_small("/proc/sys/kernel/overflowuid").strip() or "65534")
+    except ValueError:
+        return 65534
+
+
 def _owner(uid: int) -> str:
+    if uid == nested_overflow_uid():
+        return f"uid {uid} (an owner outside this user namespace, which sbxc cannot tell from another user)"
     try:
         import pwd  # only on this error path
 
@@ -119,10 +145,14 @@ def _open_child(dir_fd: int, name: str, shown: str, path: str = "") -> int:
         raise _describe(name, dir_fd, shown, path or shown) from None
 
 
-def _check_parent(fd: int, shown: str, uid: int) -> None:
+def _check_parent(fd: int, shown: str, uid: int, trusted=(0,)) -> None:
     st = os.fstat(fd)
-    if st.st_uid not in (0, uid):
-        raise Unsafe(f"{shown} (on the way to the cache root) is owned by {_owner(st.st_uid)}", _FIX_ROOT)
+    if st.st_uid != uid and st.st_uid not in trusted:
+        fix = _FIX_ROOT
+        if st.st_uid == nested_overflow_uid():
+            fix = ("run sbxc outside this user namespace to get a persistent cache (the command is "
+                   "sandboxed either way)")
+        raise Unsafe(f"{shown} (on the way to the cache root) is owned by {_owner(st.st_uid)}", fix)
     if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
         raise Unsafe(f"{shown} (on the way to the cache root) is writable by others and not sticky", _FIX_ROOT)
 
@@ -138,13 +168,14 @@ def _check_own(fd: int, shown: str, uid: int, fix_chmod: str, check_mode: bool =
                      f"check its contents, then run: chmod 700 {fix_chmod}")
 
 
-def open_parents(path: str, uid: int) -> int:
-    """O_PATH descriptor of ``path``'s parent folder, checked component by component."""
+def open_parents(path: str, uid: int, trusted=(0,)) -> int:
+    """O_PATH descriptor of ``path``'s parent folder, checked component by component: each
+    owned by the caller or a ``trusted`` uid, and sticky where others can write it."""
     parts = [p for p in path.split("/") if p]
     fd = os.open("/", _DIR_FLAGS)
     shown = ""
     try:
-        _check_parent(fd, "/", uid)
+        _check_parent(fd, "/", uid, trusted)
         for part in parts[:-1]:
             shown += "/" + part
             try:
@@ -154,7 +185,7 @@ def open_parents(path: str, uid: int) -> int:
                              f"create it, or {_FIX_ROOT}") from None
             os.close(fd)
             fd = nfd
-            _check_parent(fd, shown, uid)
+            _check_parent(fd, shown, uid, trusted)
     except BaseException:
         os.close(fd)
         raise
@@ -410,7 +441,7 @@ def _make_throwaway(uid: int, pid: str, subdirs) -> tuple[str, str, str, int]:
     last = "no /var/tmp or /tmp to make it in"
     for base in THROWAWAY_BASES:
         try:
-            base_fd = open_parents(base + "/x", uid)  # checks base and the folders above it
+            base_fd = open_parents(base + "/x", uid, _throwaway_trusted())  # base and the folders above it
         except (Unsafe, OSError) as e:
             last = getattr(e, "problem", None) or f"{base}: {e}"
             continue
@@ -447,9 +478,19 @@ def _make_throwaway(uid: int, pid: str, subdirs) -> tuple[str, str, str, int]:
                        "fix the cache folder (see `sbxc doctor`), or turn caching off in the policy")
 
 
+def _throwaway_trusted() -> tuple:
+    """Owners accepted for /var/tmp, /tmp and the folders above them when making a
+    throwaway. In a nested user namespace root's folders show as the overflow uid; a
+    throwaway is empty and lives for one run, and the system's sticky /var/tmp and /tmp
+    are root's on any real host, so that uid is accepted there (never for the persistent
+    cache, which falls back to a throwaway instead)."""
+    o = nested_overflow_uid()
+    return (0,) if o < 0 else (0, o)
+
+
 def _remove_throwaway(base: str, name: str, uid: int, lock_fd: int) -> None:
     try:
-        base_fd = open_parents(base + "/x", uid)
+        base_fd = open_parents(base + "/x", uid, _throwaway_trusted())
     except (Unsafe, OSError):
         os.close(lock_fd)
         return
@@ -468,7 +509,7 @@ def leftover_throwaways(uid: int, now: float | None = None) -> list:
     out = []
     for base in THROWAWAY_BASES:
         try:
-            base_fd = open_parents(base + "/x", uid)
+            base_fd = open_parents(base + "/x", uid, _throwaway_trusted())
         except (Unsafe, OSError):
             continue
         try:
@@ -528,7 +569,7 @@ def remove_leftover_throwaways(uid: int) -> int:
     n = 0
     for base, name in leftover_throwaways(uid):
         try:
-            base_fd = open_parents(base + "/x", uid)
+            base_fd = open_parents(base + "/x", uid, _throwaway_trusted())
         except (Unsafe, OSError):
             continue
         try:
