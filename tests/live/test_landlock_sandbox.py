@@ -380,3 +380,20 @@ def test_command_dies_with_sbxc(tree, tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_bind_rule_range(tree, tmp_path):
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    lo = probe.getsockname()[1]
+    probe.close()
+    lo = min(lo, 65000)
+    script = ("import socket\n"
+              f"for port in ({lo}, {lo + 1}, {lo + 3}):\n"
+              "    s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+              "    try:\n        s.bind(('127.0.0.1', port)); s.listen(); print('ok')\n"
+              "    except OSError as e: print(e.errno)\n    s.close()\n")
+    r = _run(tree, tmp_path, [PY, "-c", script], network="rules", ports=[("bind", lo, lo + 1)])
+    # inside the range: bound (or in use by someone else: 98); outside: EACCES from Landlock
+    got = r.out.split()
+    assert got[0] in ("ok", "98") and got[1] in ("ok", "98") and got[2] == "13", r

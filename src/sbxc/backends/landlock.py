@@ -338,20 +338,22 @@ def lower(plan: Plan, host) -> Lowered:
     return Lowered(BACKEND, data, tuple(L.verdicts))
 
 
-def complete_host(plan: Plan, host):
+def complete_host(plan: Plan, host, lister=None):
     """The host facts ``lower`` needs beyond the probe: listings of the folders it splits.
 
     Called by ``sbxc.backends.lower`` at compile time (the one place here that reads the
     disk, through ``sbxc.runtime.probe``); listings already in ``host`` are kept, so a
-    golden test can give them explicitly.
+    golden test can give them explicitly, or pass ``lister`` (folders -> listings in the
+    form of ``sbxc.runtime.probe.dir_listings``) to answer from a fake file system.
     """
     import dataclasses
 
-    from ..runtime.probe import dir_listings
+    if lister is None:
+        from ..runtime.probe import dir_listings as lister
 
     have = {d for d, _ in (getattr(host, "listings", ()) or ())}
     missing = [d for d in listing_dirs(plan) if d not in have]
     if not missing or not dataclasses.is_dataclass(host) or "listings" not in host.__dataclass_fields__:
         return host
-    listings = tuple(sorted(tuple(host.listings or ()) + dir_listings(missing)))
+    listings = tuple(sorted(tuple(host.listings or ()) + tuple(lister(missing))))
     return dataclasses.replace(host, listings=listings)
