@@ -423,3 +423,32 @@ def test_signal_to_sbxc_ends_the_command(sbxc, tmp_path):
             except OSError:
                 pass
     assert survivors == []
+
+
+def test_sigterm_reaches_the_command_itself(sbxc):
+    """The command, not only bwrap, gets the signal: it can clean up and choose its status."""
+    import signal
+    import time
+
+    up = os.path.join(sbxc.project, "up")
+    got = os.path.join(sbxc.project, "got-term")
+    pol_path = os.path.join(sbxc.project, "sandbox.policy.yaml")
+    with open(pol_path, "w") as f:
+        f.write(policy())
+    script = f"trap 'echo yes > {got}; exit 3' TERM; echo up > {up}; i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done"
+    p = subprocess.Popen(sbxc_argv("exec", "--policy", pol_path, "--", "sh", "-c", script),
+                         env=base_env(sbxc.home), cwd=sbxc.project, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            if os.path.exists(up):
+                break
+            time.sleep(0.1)
+        assert os.path.exists(up)
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(5)
+    assert os.path.exists(got), "the command's TERM handler did not run"
+    assert rc == 3

@@ -95,12 +95,34 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
             os.write(w, bpf)  # fits the pipe buffer (checked above): never blocks
         finally:
             os.close(w)  # bwrap reads to end of file
+        # bwrap writes {"child-pid": N} here right after it made the namespaces: N leads
+        # the session (and process group) the command runs in, where signals should go.
+        info_r, info_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        fds += [info_r, info_w]
     except OSError as e:
         close_all()
         raise Refusal(f"could not prepare bwrap's descriptors ({e.strerror})", "check the open-files limit (ulimit -n)") from None
     seccomp_fd = r
 
-    argv = [found] + opts + ["--seccomp", str(seccomp_fd), "--"] + list(cmd)
+    argv = [found] + opts + ["--seccomp", str(seccomp_fd), "--info-fd", str(info_w), "--"] + list(cmd)
+    info = bytearray()
+
+    def signal_target():
+        # Called from a signal handler: read what bwrap wrote so far, without blocking.
+        try:
+            info.extend(os.read(info_r, 256))
+        except BlockingIOError:
+            pass
+        text = bytes(info)
+        at = text.find(b'"child-pid":')
+        end = text.find(b"}", at)
+        if at < 0 or end < 0:
+            return None  # not written yet: the caller signals bwrap itself
+        value = text[at + 12:end].lstrip()
+        n = 0
+        while n < len(value) and 48 <= value[n] <= 57:
+            n += 1
+        return int(value[:n]) if n and int(value[:n]) > 1 else None
 
     def started() -> bool:
         return _unread(seccomp_fd) == 0
@@ -122,5 +144,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
             return 127 if line.endswith(b"No such file or directory") else 126
         return status
 
-    return LaunchSpec(argv, env, pass_fds=fds, exec_is_command=False, started=started,
-                      setup_failed=setup_failed, command_status=command_status, cleanups=cleanups)
+    # The pass_fds exclude the read end of the info pipe: only bwrap's write end goes over.
+    return LaunchSpec(argv, env, pass_fds=[fd for fd in fds if fd != info_r], exec_is_command=False,
+                      started=started, setup_failed=setup_failed, command_status=command_status,
+                      cleanups=cleanups, own_pgrp=True, signal_target=signal_target)

@@ -40,8 +40,12 @@ It must not start any process; ``exec_main`` forks once and execs ``spec.argv``.
 - ``command_status``: ``None`` or ``(status, first_stderr: bytes) -> int`` to map a
   launcher's "could not exec the command" to 126/127 (bwrap exits 1 for that).
 - ``cleanups``: callables run after the child ended (in reverse order), also on failure.
-- ``keep_signals``: True if the runner wants SIGINT/SIGTERM... forwarded to ``argv``'s
-  process (the default and only behaviour today; see docs/runtime.md).
+- ``own_pgrp``: True to put the child in a process group of its own (before
+  ``child_setup``), so the terminal's Ctrl-C reaches sbxc only and sbxc decides where it
+  goes. Leave False when ``child_setup`` calls ``setsid`` (a group leader cannot).
+- ``signal_target``: ``None`` or a callable returning the process group that forwarded
+  signals should go to (the command's, inside the sandbox), or ``None`` when not known
+  yet; signals then go to the child process itself.
 
 ``Context`` carries ``project``, ``cwd``, ``uid``, ``is_root``, ``network`` (``on``/``off``/
 ``rules``, after flags), ``cache`` (the cachedir ``CacheSetup`` or None), ``plans_dir``
@@ -85,10 +89,11 @@ _FORWARD = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
 class LaunchSpec:
     __slots__ = ("argv", "env", "pass_fds", "child_setup", "exec_is_command", "started",
-                 "setup_failed", "command_status", "cleanups", "keep_signals")
+                 "setup_failed", "command_status", "cleanups", "own_pgrp", "signal_target")
 
     def __init__(self, argv, env, pass_fds=(), child_setup=None, exec_is_command=False,
-                 started=None, setup_failed=None, command_status=None, cleanups=None):
+                 started=None, setup_failed=None, command_status=None, cleanups=None,
+                 own_pgrp=False, signal_target=None):
         self.argv = list(argv)
         self.env = env
         self.pass_fds = tuple(pass_fds)
@@ -98,7 +103,8 @@ class LaunchSpec:
         self.setup_failed = setup_failed
         self.command_status = command_status
         self.cleanups = list(cleanups or ())
-        self.keep_signals = True
+        self.own_pgrp = own_pgrp
+        self.signal_target = signal_target
 
 
 class Context:
@@ -330,11 +336,21 @@ def run(spec: LaunchSpec, network_off: bool) -> int:
     child = [0]
 
     def forward(signum, _frame):
-        if child[0] > 0:
+        if child[0] <= 0:
+            return
+        group = None
+        if spec.signal_target is not None:
             try:
+                group = spec.signal_target()
+            except OSError:
+                group = None
+        try:
+            if group:
+                os.killpg(group, signum)
+            else:
                 os.kill(child[0], signum)
-            except ProcessLookupError:
-                pass
+        except (ProcessLookupError, PermissionError):
+            pass
 
     old = {}
     for name in _FORWARD:
@@ -444,6 +460,8 @@ def _child(spec: LaunchSpec, err_w: int, rep_w: int) -> None:
     """In the forked child: stderr into the relay, close stray descriptors, set up, exec."""
     code = REFUSED
     try:
+        if spec.own_pgrp:
+            os.setpgid(0, 0)
         if err_w >= 0:
             os.dup2(err_w, 2)  # dup2 clears O_CLOEXEC on fd 2
         for fd in spec.pass_fds:
