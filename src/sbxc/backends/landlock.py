@@ -175,9 +175,12 @@ class _Lowering:
         subject = f"{r.access} {r.written or r.path}"
         rights = _RIGHTS[r.access]
         if r.access == MASK:
+            parent = r.path.rsplit("/", 1)[0] or "/"
+            shown = (f"; its name also shows when {parent} is listed" if _is_file_kind(r.kind)
+                     and decide(self.plan, parent).access in (READ, WRITE) else "")
             self.v(subject, PARTIAL, r.span,
-                   "Landlock cannot hide names: the path's name, type, size and times stay visible to stat(); "
-                   "no read, write or execute is granted"
+                   "Landlock cannot hide names: the path's name, type, size and times stay visible to stat()"
+                   + shown + "; no read, write or execute is granted"
                    + (", and new Unix sockets are refused, so a socket under it cannot be reached"
                       if not self.plan.syscalls.allow_unix_sockets else
                       "; new Unix sockets are allowed by the policy, so a socket file under it stays reachable"))
