@@ -200,3 +200,11 @@ def test_runner_abi_check_strict_and_best_effort():
     assert "ABI is 3" in e.value.cause and "at least 4" in e.value.cause
     with pytest.raises(Refusal):
         check_abi(be, 0, warned.append)
+
+
+def test_filter_failure_is_not_enforceable():
+    p = plan([r("/", "read")])
+    p2 = Plan(**{**{f: getattr(p, f) for f in p.__dataclass_fields__}, "syscalls": SyscallPlan(("nosuchcall",))})
+    low = landlock.lower(p2, HostFacts(landlock_abi=7))
+    assert low.data["seccomp"] == ""
+    assert any(v.subject == "syscalls" and v.status == "not enforceable" for v in low.verdicts)
