@@ -179,7 +179,7 @@ def _compile(policy_path, *, cwd, environ, host, overrides, paths) -> CompileRes
     diags: list[Diagnostic] = []
     cwd = os.path.abspath(cwd)
     if policy_path is None:
-        root, why = discover(cwd, lambda p: paths.kind(p) == "file")
+        root, why = discover(cwd, lambda p: paths.kind(paths.realpath(p)) == "file")
     elif policy_path.startswith("builtin:"):
         root, why = policy_path, "named on the command line"
     else:

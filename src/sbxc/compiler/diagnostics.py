@@ -62,6 +62,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX041": (WARNING, "conflicting rules on {path}: {a} and {b}; the stricter \"{winner}\" wins"),
     "SBX042": (WARNING, "mask {path}: the path is missing and its parent is writable, so the command could create it"),
     "SBX043": (WARNING, "network rule {rule} is already covered"),
+    "SBX044": (WARNING, "env.pass \"{glob}\" lets secrets through, e.g. {example}"),
     # enforcement (from the backends' reports)
     "SBX050": (ERROR, "{backend}: {subject}: not enforceable: {why}"),
     "SBX051": (ERROR, "{backend}: {subject}: partial: {why} (--strict)"),

@@ -724,7 +724,7 @@ def resolve_extends(target: str, from_path: str) -> str:
     if from_path.startswith("builtin:"):
         return target if target.startswith("/") else "builtin-relative:" + target
     base = os.path.dirname(from_path)
-    return os.path.normpath(os.path.join(base, os.path.expanduser(target) if target.startswith("~/") else target))
+    return os.path.normpath(os.path.join(base, target))
 
 
 def load_chain(root: str, diags: list[Diagnostic]) -> Merged:

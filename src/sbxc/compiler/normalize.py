@@ -7,6 +7,7 @@ only I/O is through the resolver; host facts and the environment are passed in.
 """
 from __future__ import annotations
 
+import fnmatch
 import os
 import posixpath
 import re
@@ -23,7 +24,12 @@ from .plan import (BUILTIN_SPAN, KIND_DIR, KIND_FILE, KIND_MISSING, KIND_OTHER, 
 
 VARIABLES = ("project", "home", "uid", "cache", "tmp")
 HOME_ACCESS = {"read-only": READ, "hidden": MASK, "writable": WRITE}
-MAX_SYMLINKS = 40  # the kernel's own limit on links followed in one lookup
+MAX_SYMLINKS = 40
+# Names of variables that commonly hold credentials; a glob in env.pass that matches one of
+# them would hand such a secret to the command without the policy naming it.
+SECRET_LOOKING = ("GITHUB_TOKEN", "GH_TOKEN", "NPM_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                  "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GOOGLE_APPLICATION_CREDENTIALS", "SSH_AUTH_SOCK",
+                  "DOCKER_AUTH_CONFIG", "PGPASSWORD", "VAULT_TOKEN", "CI_JOB_TOKEN", "PYPI_PASSWORD")  # the kernel's own limit on links followed in one lookup
 
 
 # ---------------------------------------------------------------- the path resolver
@@ -189,7 +195,11 @@ class _Expander:
                     self.ctx.diags.append(diag("SBX032", at(i, 1), why="\"{\" that does not start a {variable}",
                                                hint="variables are " + ", ".join("{" + v + "}" for v in VARIABLES)))
                     return None
-                if name not in allowed:
+                if name == "cache" and name in allowed and not self.values.get("cache"):
+                    self.ctx.diags.append(diag("SBX032", at(i, j - i + 1), why="{cache} is used but the cache is off",
+                                               hint="name at least one tool in cache.tools"))
+                    ok = False
+                elif name not in allowed:
                     sugg = suggest(name, VARIABLES, quote="")
                     if name in VARIABLES:
                         self.ctx.diags.append(diag("SBX032", at(i, j - i + 1), why=f"{{{name}}} cannot be used here"))
@@ -275,6 +285,8 @@ def normalize(m: Merged, ctx: Context, root_dir: str) -> Optional[Plan]:
         if k != KIND_DIR:
             diags.append(diag("SBX037", _span_of(ps) if ps else None, path=project,
                               why="does not exist" if k == KIND_MISSING else "is not a folder"))
+    # After a project error, rules still expand (for their own diagnostics) against a
+    # path that cannot exist, so they add no "does not exist" noise of their own.
     values["project"] = project_real or "/nonexistent"
     home_real = ctx.paths.realpath(home) if home.startswith("/") else home
 
@@ -299,7 +311,7 @@ def normalize(m: Merged, ctx: Context, root_dir: str) -> Optional[Plan]:
             # the folders above it are the system's and are resolved like any rule path.
             cache_root = posixpath.join(ctx.paths.realpath(posixpath.dirname(root_n)), posixpath.basename(root_n))
             cache_dir = cachemod.project_dir(cache_root, project_real)
-    values["cache"] = cache_dir or "/nonexistent"
+    values["cache"] = cache_dir if (tools and cache_dir) else ""
     cache_enabled = bool(tools) and bool(cache_dir)
     req_s = s.get("cache.required")
     cache_plan = CachePlan(
@@ -434,6 +446,12 @@ def normalize(m: Merged, ctx: Context, root_dir: str) -> Optional[Plan]:
     # env
     pass_s = s.get("env.pass")
     passed = tuple(sorted({loc.value for loc in pass_s.value})) if pass_s else ()
+    for loc in (pass_s.value if pass_s else ()):
+        if any(ch in loc.value for ch in "*?"):
+            leaked = [n for n in SECRET_LOOKING if fnmatch.fnmatchcase(n, loc.value)]
+            if leaked:
+                diags.append(diag("SBX044", loc.span, glob=loc.value, example=leaked[0],
+                                  hint="name the variables one by one, or narrow the glob"))
     env_set = tuple(sorted((k, v.value) for k, v in m.env_set.items()))
 
     # syscalls
