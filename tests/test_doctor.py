@@ -252,3 +252,15 @@ def test_doctor_says_when_the_project_is_gone(base):
     os.rmdir(base / "p")
     r = sbxc("doctor", "--root", str(root))
     assert f"project:   {base / 'p'}  (gone: that folder no longer exists)" in r.stdout
+
+
+def test_cache_path_notes_an_unsafe_folder(base):
+    root = base / "root"
+    root.mkdir()
+    os.chmod(root, 0o755)
+    (base / "p").mkdir()
+    r = sbxc("cache", "path", "--project", str(base / "p"), "--root", str(root))
+    assert r.returncode == 0
+    assert r.stdout.strip() == cache.project_dir(str(root), str(base / "p"))
+    assert "mode 0755" in r.stderr and "throwaway" in r.stderr
+    assert sbxc("cache", "--help").returncode == 0

@@ -72,8 +72,12 @@ def locate(project_arg: str | None, root_arg: str | None, uid: int) -> tuple[str
 
 
 def main(argv) -> int:
+    usage = "usage: sbxc cache path|clear [--project DIR | --all | --id ID] [--root ROOT]\n"
+    if argv and argv[0] in ("-h", "--help"):
+        sys.stdout.write(usage)
+        return 0
     if not argv or argv[0] not in ("path", "clear"):
-        sys.stderr.write("usage: sbxc cache path|clear [--project DIR | --all] [--root ROOT]\n")
+        sys.stderr.write(usage)
         return 2
     verb, rest = argv[0], argv[1:]
     p = _parser(f"sbxc cache {verb}")
@@ -88,6 +92,9 @@ def main(argv) -> int:
     project, root, pdir = locate(args.project, args.root, uid)
     if verb == "path":
         sys.stdout.write(pdir + "\n")
+        problem = check(root, os.path.basename(pdir), uid)
+        if problem:
+            sys.stderr.write(f"sbxc: note: {problem}; runs use a throwaway cache until it is fixed\n")
         return 0
     chosen = [x for x in (args.project, args.all or None, args.id) if x]
     if len(chosen) > 1:
@@ -99,6 +106,19 @@ def main(argv) -> int:
             return 2
         pdir = os.path.join(root, args.id)
     return clear(root, None if args.all else os.path.basename(pdir), uid)
+
+
+def check(root: str, pid: str, uid: int) -> str:
+    """What is wrong with an existing cache folder (empty: nothing, or not made yet)."""
+    try:
+        root_fd, proj_fd, _ = cachedir.open_cache(root, pid, uid, create=False)
+    except FileNotFoundError:
+        return ""
+    except cachedir.Unsafe as e:
+        return e.problem + (f" (fix: {e.fix})" if e.fix else "")
+    os.close(proj_fd)
+    os.close(root_fd)
+    return ""
 
 
 def clear(root: str, pid: str | None, uid: int) -> int:
