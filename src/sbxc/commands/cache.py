@@ -40,8 +40,8 @@ def find_project(start: str) -> str:
         d = parent
 
 
-def policy_cache(project: str) -> tuple[str, str] | None:
-    """(root, dir) from the project's policy when it compiles, else None."""
+def policy_cache(project: str) -> tuple[str, str, bool] | None:
+    """(root, dir, enabled) from the project's policy when it compiles, else None."""
     try:
         from ..compiler.api import compile_policy  # noqa: F401 (optional until it lands)
     except ImportError:
@@ -51,24 +51,24 @@ def policy_cache(project: str) -> tuple[str, str] | None:
 
         result = compile_policy(None, cwd=project, environ=os.environ, host=probe_host(os.environ, full=False))
         plan = result.plan
-        if plan is not None and plan.cache.enabled:
-            return plan.cache.root, plan.cache.dir
+        if plan is not None and plan.cache.dir:
+            return plan.cache.root, plan.cache.dir, plan.cache.enabled
     except Exception:  # a broken policy must not keep anyone from finding or clearing a cache
         return None
     return None
 
 
-def locate(project_arg: str | None, root_arg: str | None, uid: int) -> tuple[str, str, str]:
-    """(project real path, root, project cache folder)."""
+def locate(project_arg: str | None, root_arg: str | None, uid: int) -> tuple[str, str, str, bool]:
+    """(project real path, root, project cache folder, whether the policy uses a cache)."""
     project = os.path.realpath(project_arg) if project_arg else find_project(os.getcwd())
     if root_arg:
         root = os.path.normpath(os.path.abspath(root_arg))
-        return project, root, cachemod.project_dir(root, project)
+        return project, root, cachemod.project_dir(root, project), True
     found = policy_cache(project)
     if found:
-        return project, found[0], found[1]
+        return project, found[0], found[1], found[2]
     root = cachemod.default_root(uid)
-    return project, root, cachemod.project_dir(root, project)
+    return project, root, cachemod.project_dir(root, project), True
 
 
 def main(argv) -> int:
@@ -89,9 +89,11 @@ def main(argv) -> int:
     except SystemExit as e:
         return 2 if e.code else 0
     uid = os.getuid()
-    project, root, pdir = locate(args.project, args.root, uid)
+    project, root, pdir, enabled = locate(args.project, args.root, uid)
     if verb == "path":
         sys.stdout.write(pdir + "\n")
+        if not enabled:
+            sys.stderr.write("sbxc: note: the project's policy turns caching off (cache.tools is empty)\n")
         problem = check(root, os.path.basename(pdir), uid)
         if problem:
             sys.stderr.write(f"sbxc: note: {problem}; runs use a throwaway cache until it is fixed\n")
@@ -123,8 +125,9 @@ def check(root: str, pid: str, uid: int) -> str:
 
 def clear(root: str, pid: str | None, uid: int) -> int:
     """Empty one project's cache folder (``pid``) or, with ``pid=None``, remove every project
-    folder and marker under ``root`` and this user's leftover throwaway caches. The root and project folders must be ours and no
-    symlinks; a mode wider than 0700 does not stop clearing (emptying it is the fix)."""
+    folder and marker under ``root`` and this user's leftover throwaway caches. The root and
+    project folders must be ours and no symlinks; a mode wider than 0700 does not stop
+    clearing (deleting never follows a link, and emptying such a folder is part of the fix)."""
     if pid is None:
         n = cachedir.remove_leftover_throwaways(uid)
         if n:

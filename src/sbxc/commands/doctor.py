@@ -190,7 +190,7 @@ def main(argv) -> int:
 
         roots = [cachemod.default_root(uid)]
         found = policy_cache(find_project(os.getcwd()))
-        if found and os.path.normpath(found[0]) not in roots:
+        if found and found[2] and os.path.normpath(found[0]) not in roots:
             roots.append(os.path.normpath(found[0]))
     for root in roots:
         lines += cache_lines(root, uid)
