@@ -114,7 +114,18 @@ def build_tree(root: str) -> dict:
     return paths
 
 
-def shared_rules(root: str) -> list:
+def shared_rules(root: str, variant: str = "a") -> list:
+    if variant == "b":
+        # a writable home with a masked file and a read-only folder in it; no hooks rule
+        return [
+            rule("/", "read"),
+            rule(f"{root}/home", "write"),
+            rule(f"{root}/home/.netrc", "mask", "file"),
+            rule(f"{root}/home/docs", "read"),
+            rule(f"{root}/home/.ssh", "mask"),
+            rule(f"{root}/proj", "write"),
+            rule(f"{root}/proj/secret", "mask"),
+        ]
     return [
         rule("/", "read"),
         rule(f"{root}/proj", "write"),

@@ -50,8 +50,9 @@ def _verdicts(pf: dict) -> list:
     return pf["report"]
 
 
+@pytest.mark.parametrize("variant", ["a", "b"])
 @pytest.mark.parametrize("backend", ["landlock", "bwrap"])
-def test_shared_cases_agree_with_decide(backend, tmp_path):
+def test_shared_cases_agree_with_decide(backend, variant, tmp_path):
     why = _available(backend)
     if why:
         pytest.skip(why)
@@ -59,7 +60,7 @@ def test_shared_cases_agree_with_decide(backend, tmp_path):
     os.makedirs(root)
     os.chmod(tmp_path, 0o755)
     cases.build_tree(root)
-    plan = cases.make_plan(cases.shared_rules(root), project=f"{root}/proj")
+    plan = cases.make_plan(cases.shared_rules(root, variant), project=f"{root}/proj")
     pf = cases.planfile_for(plan, backend)
     res = cases.run_planfile(pf, ["/bin/sh", "-c", cases.probe_script(root)], cwd=f"{root}/proj", tmp=str(tmp_path))
     got = cases.parse_probe(res.out)
