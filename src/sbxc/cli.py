@@ -19,7 +19,7 @@ commands:
 
 # command name -> (module, function); each function takes the remaining argv, returns the exit code
 COMMANDS = {
-    "exec": ("sbxc.runtime.launch", "exec_main"),
+    "exec": ("sbxc.runtime.launch", "exec_entry"),  # exec_main, then os._exit (no teardown)
     "compile": ("sbxc.commands.compile", "main"),
     "print-config": ("sbxc.commands.print_config", "main"),
     "schema": ("sbxc.commands.schema", "main"),

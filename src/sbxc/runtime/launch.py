@@ -502,6 +502,19 @@ def _load_plan(a: Args, environ, cwd: str, warn) -> dict:
     return plancache.plan_for_policy(a.policy, a.backend, a.network, environ, cwd, warn)
 
 
+def exec_entry(argv) -> int:
+    """``sbxc exec`` as a process: ``exec_main``, then leave without the interpreter's
+    teardown (module and object clean-up costs ~3 ms here and has nothing left to do: the
+    command has ended, sbxc's cleanups ran, and no other code is waiting at exit)."""
+    rc = exec_main(argv)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    os._exit(rc)
+
+
 def exec_main(argv) -> int:
     environ = os.environ
     try:
