@@ -270,7 +270,7 @@ def decode_source(path: str, data: bytes, diags: list[Diagnostic]) -> tuple[Opti
         return None, False
     src = SourceFile.from_bytes(path, data, text)
     # YAML forbids these; finding them first gives a precise position and a plain message.
-    for m in re.finditer(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff\ud800-\udfff]", text):
+    for m in re.finditer(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ufffe\uffff\ud800-\udfff]", text):
         ch = m.group()
         what = "NUL" if ch == "\x00" else f"control (U+{ord(ch):04X})"
         line = text.count("\n", 0, m.start()) + 1

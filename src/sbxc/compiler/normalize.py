@@ -15,7 +15,7 @@ import stat as statmod
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from .diagnostics import Diagnostic, Related, diag, suggest
+from .diagnostics import Related, diag, suggest
 from .frontend import FsRuleAst, Merged, NetRuleAst, PathAst, Setting
 from .plan import (BUILTIN_SPAN, KIND_DIR, KIND_FILE, KIND_MISSING, KIND_OTHER, KIND_SOCKET, MASK, NET_OFF,
                    NET_ON, NET_RULES, READ, STRICTNESS, TMPFS, WRITE, CachePlan, EnvPlan, LandlockPlan,

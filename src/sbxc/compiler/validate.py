@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .diagnostics import Diagnostic, diag, suggest
-from .frontend import (FS_VERBS, FsRuleAst, NetRuleAst, YMap, YNode, YScalar, YSeq,
+from .frontend import (FS_VERBS, YMap, YNode, YScalar, YSeq,
                        parse_fs_rule, parse_net_rule, type_name)
 from .plan import Span
 
