@@ -37,7 +37,7 @@ network: false
 
 
 def spawn(argv, env, pass_fds=(), cwd=None):
-    """Fork/exec/wait4: (wall seconds, exit status, ru_maxrss KiB)."""
+    """Fork/exec/wait4: (wall seconds, exit status, ru_maxrss KiB, CPU seconds)."""
     t0 = time.perf_counter()
     pid = os.fork()
     if pid == 0:
@@ -53,7 +53,7 @@ def spawn(argv, env, pass_fds=(), cwd=None):
             os._exit(127)
     _, status, ru = os.wait4(pid, 0)
     t1 = time.perf_counter()
-    return t1 - t0, os.waitstatus_to_exitcode(status), ru.ru_maxrss
+    return t1 - t0, os.waitstatus_to_exitcode(status), ru.ru_maxrss, ru.ru_utime + ru.ru_stime
 
 
 def main() -> int:
@@ -73,7 +73,7 @@ def main() -> int:
             f.write(POLICY)
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TERM", "USER")}
         plan_path = os.path.join(work, "plan.json")
-        t, rc, _ = spawn([args.sbxc, "compile", "-o", plan_path], env, cwd=project)
+        t, rc, _, _ = spawn([args.sbxc, "compile", "-o", plan_path], env, cwd=project)
         if rc != 0:
             print("sbxc compile failed", file=sys.stderr)
             return 1
@@ -115,15 +115,17 @@ def main() -> int:
             variants.append(("firejail --noprofile", lambda: spawn([firejail, "--quiet", "--noprofile", args.cmd], env, cwd=project)))
 
         for name, fn in variants:  # warm caches; check each variant works
-            _, rc, _ = fn()
+            _, rc, _, _ = fn()
             if rc != 0:
                 print(f"{name}: exit {rc}", file=sys.stderr)
                 return 1
         times = {name: [] for name, _ in variants}
         rss = {name: 0 for name, _ in variants}
+        cpu = {name: [] for name, _ in variants}
         for _ in range(args.runs):
             for name, fn in variants:
-                dt, rc, maxrss = fn()
+                dt, rc, maxrss, cpu_s = fn()
+                cpu[name].append(cpu_s * 1000)
                 if rc != 0:
                     print(f"{name}: exit {rc}", file=sys.stderr)
                     return 1
@@ -131,12 +133,14 @@ def main() -> int:
                 rss[name] = max(rss[name], maxrss)
         base = statistics.median(times["raw bwrap"])
         print(f"{args.runs} alternating runs of {args.cmd}, python {sys.version.split()[0]}, uid {os.getuid()}")
-        print(f"{'variant':30} {'median ms':>10} {'p90 ms':>8} {'+ms vs raw':>11} {'ratio':>6} {'peak RSS MiB':>13}")
+        print(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+        print(f"{'variant':30} {'median ms':>10} {'p90 ms':>8} {'+ms vs raw':>11} {'ratio':>6} {'CPU ms':>7} {'peak RSS MiB':>13}")
         for name, _ in variants:
             ts = sorted(times[name])
             med = statistics.median(ts)
             p90 = ts[int(len(ts) * 0.9) - 1]
-            print(f"{name:30} {med:10.1f} {p90:8.1f} {med - base:11.1f} {med / base:6.2f} {rss[name] / 1024:13.1f}")
+            print(f"{name:30} {med:10.1f} {p90:8.1f} {med - base:11.1f} {med / base:6.2f} "
+                  f"{statistics.median(cpu[name]):7.1f} {rss[name] / 1024:13.1f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
