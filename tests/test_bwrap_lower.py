@@ -156,3 +156,21 @@ def test_deterministic():
     a = bwrap.lower(plan(BASIC), host())
     b = bwrap.lower(plan(list(reversed(BASIC))), host())
     assert a.data == b.data
+
+
+def test_no_root_rule_makes_root_read_only():
+    rules = [rule("/usr", "read"), rule("/home/u/p", "write")]
+    argv = bwrap.lower(plan(rules), host()).data["argv"]
+    assert argv[-2:] == ["--remount-ro", "/"]
+    assert bwrap.lower(plan(BASIC), host()).data["argv"][-2:] != ["--remount-ro", "/"]
+
+
+def test_mask_under_tmpfs_is_mounted_in_the_tmpfs():
+    rules = [rule("/", "read"), rule("/tmp", "tmpfs"), rule("/tmp/home", "mask"), rule("/tmp/home/p", "write"),
+             rule("/tmp/gone", "mask", "missing")]
+    low = bwrap.lower(plan(rules), host())
+    o = ops(low.data["argv"])
+    assert o.index(("--tmpfs", "/tmp/home")) < o.index(("--bind", "/tmp/home/p", "/tmp/home/p"))
+    assert ("--remount-ro", "/tmp/home") in o
+    by = {v.subject: v.status for v in low.verdicts}
+    assert by["mask /tmp/home"] == "enforced" and by["mask /tmp/gone"] == "partial"

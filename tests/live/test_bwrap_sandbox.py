@@ -452,3 +452,20 @@ def test_sigterm_reaches_the_command_itself(sbxc):
             p.wait(5)
     assert os.path.exists(got), "the command's TERM handler did not run"
     assert rc == 3
+
+
+def test_hidden_home_with_the_project_inside(bwrap_works, home):
+    """home: hidden with the project in the home folder: the project is writable, the
+    rest of home is an empty read-only folder (also where home lies under a private /tmp)."""
+    proj = os.path.join(home, "src", "proj")
+    os.makedirs(proj)
+    with open(os.path.join(proj, "sandbox.policy.yaml"), "w") as f:
+        f.write("sbxc: 1\nextends: [builtin:default]\nbackend: bwrap\nhome: hidden\n")
+    r = run(sbxc_argv("exec", "--", "sh", "-c",
+                      f"ls -A {home}; cat {home}/.ssh/id_rsa; echo y > {home}/f; echo home=$?; echo x > made; echo proj=$?"),
+            env=base_env(home), cwd=proj)
+    assert "PRIVATE" not in r.out and ".ssh" not in r.out, r
+    assert r.out.split("\n")[0] == "src", r  # only the way to the project shows
+    assert "home=0" not in r.out and "proj=0" in r.out, r
+    assert not os.path.exists(os.path.join(home, "f"))
+    assert os.path.exists(os.path.join(proj, "made"))

@@ -145,13 +145,22 @@ def lower(plan: Plan, host) -> Lowered:
                         NAME, subj, PARTIAL, rule.span,
                         "the path does not exist and its parent is writable: the command could create it",
                     ))
+                elif parent_access == TMPFS:
+                    verdicts.append(verdict(
+                        NAME, subj, PARTIAL, rule.span,
+                        "the path does not exist and its parent is a private tmpfs: the command could create "
+                        "it there (it never reaches the host)",
+                    ))
                 else:
                     verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
                 continue
-            if parent_access not in (READ, WRITE):
-                # Nothing of the host shows there anyway (no rule, a tmpfs, or a mask).
+            if parent_access in (MASK, None):
+                # Nothing of the host shows there, and nothing can be made there: a masked
+                # folder and the sandbox's own root are read-only once the mounts are done.
                 verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
                 continue
+            # Under a private tmpfs the path is absent but could be created: mounting the
+            # mask there (in the tmpfs, not on the host) keeps it from being made.
         elif missing:
             verdicts.append(verdict(NAME, subj, NOT_ENFORCEABLE, rule.span,
                                     "the path does not exist; bwrap cannot mount it"))
@@ -214,6 +223,10 @@ def lower(plan: Plan, host) -> Lowered:
         argv += args
     for p in remounts:
         argv += ["--remount-ro", p]
+    if "/" not in rule_paths:
+        # No rule for /: bwrap's own root is an empty tmpfs, writable by the command. What
+        # no rule covers is not there (SPEC §2), so it must not be creatable either.
+        argv += ["--remount-ro", "/"]
 
     if net.mode == NET_ON:
         verdicts.append(verdict(NAME, "network: true", ENFORCED, net.span))

@@ -230,13 +230,38 @@ def _entry_valid(entry: dict, environ) -> bool:
     return True
 
 
+def compiler_stamp() -> str:
+    """Size and mtime of every file the compiler is made of: a plan made by other code is
+    a miss, even when the version number did not change (a development checkout, an
+    upgrade that kept the number). One scandir per folder, no file is read."""
+    import sbxc
+
+    base = os.path.dirname(sbxc.__file__)
+    parts = []
+    for sub in ("compiler", "backends", "policies", "grammar", ""):
+        d = os.path.join(base, sub) if sub else base
+        try:
+            with os.scandir(d) as it:
+                for e in it:
+                    if e.name.endswith((".py", ".yaml", ".lark")):
+                        try:
+                            st = e.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        parts.append(f"{sub}/{e.name}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            parts.append(f"{sub}:?")
+    parts.sort()
+    return "|".join(parts)
+
+
 def plan_for_policy(policy, backend, network, environ, cwd: str, warn) -> dict:
     """The plan for ``policy`` (None: discovery) with the flags, from the cache or compiled."""
     ref = policy_ref(policy, cwd)
     bwrap = _which_bwrap(environ)
     key_src = "\x00".join((
         __version__, ref, cwd, backend or "", network or "", str(os.getuid()),
-        environ.get("HOME", ""), bwrap, os.uname().machine,
+        environ.get("HOME", ""), bwrap, os.uname().machine, compiler_stamp(),
     ))
     name = "p-" + _hex(key_src.encode("utf-8", "surrogateescape"))
     dir_fd = open_plans_dir()
