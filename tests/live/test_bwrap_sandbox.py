@@ -469,3 +469,13 @@ def test_hidden_home_with_the_project_inside(bwrap_works, home):
     assert "home=0" not in r.out and "proj=0" in r.out, r
     assert not os.path.exists(os.path.join(home, "f"))
     assert os.path.exists(os.path.join(proj, "made"))
+
+
+def test_command_starts_with_default_signal_dispositions(sbxc):
+    """No signal ignored by sbxc's Python (SIGPIPE, SIGXFSZ) leaks into the command."""
+    r = sbxc(DEFAULT, "grep", "SigIgn", "/proc/self/status")
+    assert r.out.split()[-1] == "0000000000000000", r
+    p = subprocess.run(["grep", "SigIgn", "/proc/self/status"], capture_output=True, text=True, timeout=30)
+    assert p.stdout.split()[-1] == "0000000000000000"  # control: as a shell would start it
+    r = sbxc(DEFAULT, "sh", "-c", "yes | head -n1 >/dev/null; echo done")
+    assert r.out == "done\n" and "Broken pipe" not in r.err, r

@@ -460,6 +460,12 @@ def _child(spec: LaunchSpec, err_w: int, rep_w: int) -> None:
     """In the forked child: stderr into the relay, close stray descriptors, set up, exec."""
     code = REFUSED
     try:
+        import _signal
+
+        # Python ignores SIGPIPE and SIGXFSZ for itself; an ignored signal stays ignored
+        # across exec, so `yes | head` inside would see EPIPE instead of dying as in a shell.
+        for name in ("SIGPIPE", "SIGXFSZ"):
+            _signal.signal(getattr(_signal, name), _signal.SIG_DFL)
         if spec.own_pgrp:
             os.setpgid(0, 0)
         if err_w >= 0:
