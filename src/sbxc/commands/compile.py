@@ -81,10 +81,9 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
     code = 1 if failed else 0
 
     if args.output and not failed:
-        from ..backends import lower
         from ..planfile import build, dumps
 
-        lowered = lower(selected, result.plan, host)
+        lowered = next(r.lowered for r in reports if r.backend == selected)
         data = dumps(build(result.plan, host, selected, lowered.data, lowered.verdicts))
         try:
             if args.output == "-":

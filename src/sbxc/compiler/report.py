@@ -49,6 +49,8 @@ class BackendReport:
     backend: str
     verdicts: tuple[Verdict, ...] = ()
     unavailable: str = ""
+    lowered: object = None
+    """The backend's ``Lowered`` (for writing the plan without lowering twice)."""
 
 
 def lower_all(plan, host, backends) -> list[BackendReport]:
@@ -68,7 +70,7 @@ def lower_all(plan, host, backends) -> list[BackendReport]:
         except Exception as e:  # a backend bug must not hide the other backends' reports
             out.append(BackendReport(name, unavailable=f"internal error: {type(e).__name__}: {e}"))
             continue
-        out.append(BackendReport(name, tuple(lowered.verdicts)))
+        out.append(BackendReport(name, tuple(lowered.verdicts), lowered=lowered))
     return out
 
 
