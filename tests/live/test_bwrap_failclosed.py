@@ -195,3 +195,13 @@ def test_network_namespace_refused_never_falls_back(setup, tmp_path):
     # control: with the network on no network namespace is needed, and the command runs
     r = run([sys.executable, str(wrapper), *sbxc_argv("exec", "--network=true", "--", *s.cmd)], env=env, cwd=s.project)
     assert r.rc == 0 and os.path.exists(s.marker), r
+
+
+def test_plan_in_a_writable_folder_is_refused(setup):
+    """A plan the sandbox could rewrite must not be trusted by the next run."""
+    s = setup
+    inside = os.path.join(s.project, "plan.json")
+    shutil.copy(s.plan, inside)
+    r = run(sbxc_argv("exec", "--plan", inside, "--", *s.cmd), env=base_env(s.home), cwd=s.project)
+    refused(r, s.marker, "rewritten")
+    control(s)  # the same plan outside the project runs

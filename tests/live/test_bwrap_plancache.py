@@ -45,7 +45,7 @@ def test_cached_exec_imports_no_compiler(sbxc):
     p, last = probe(["--", "true"], env, sbxc.project)
     assert last == "RC=0 HEAVY=", p
     # --plan: json once, marshal afterwards
-    plan = os.path.join(sbxc.project, "plan.json")
+    plan = os.path.join(os.path.dirname(sbxc.project), "plan.json")  # outside the writable project
     assert run(sbxc_argv("compile", "-o", plan), env=env, cwd=sbxc.project).rc == 0
     probe(["--plan", plan, "--", "true"], env, sbxc.project)
     p, last = probe(["--plan", plan, "--", "true"], env, sbxc.project)

@@ -492,11 +492,30 @@ def _child(spec: LaunchSpec, err_w: int, rep_w: int) -> None:
 
 # ------------------------------------------------------------------ the entry point
 
+def access_at(checks, path: str) -> str:
+    """The access the deepest rule containing ``path`` gives (``none`` when none does)."""
+    best, depth = "none", -1
+    for rpath, _kind, access in checks:
+        inside = path == rpath or path.startswith(rpath.rstrip("/") + "/")
+        d = 0 if rpath == "/" else rpath.count("/")
+        if inside and d > depth:
+            best, depth = access, d
+    return best
+
+
 def _load_plan(a: Args, environ, cwd: str, warn) -> dict:
     from . import plancache
 
     if a.plan is not None:
         pf = plancache.load_planfile(a.plan)
+        # A plan the sandbox can rewrite is a plan the previous command chose: it could
+        # have granted itself anything for this run.
+        real = os.path.realpath(os.path.join(cwd, a.plan))
+        checks = (pf.get("runtime") or {}).get("checks") or ()
+        if access_at(checks, real) == "write":
+            raise Refusal(f"the plan {one_line(real, 200)} lies where this plan lets commands write, so a "
+                          "sandboxed command could have rewritten it",
+                          "keep plan files outside the folders the policy makes writable")
         if a.backend not in (None, "auto") and a.backend != pf.get("backend"):
             raise Refusal(f"the plan is for {pf.get('backend')}, --backend asks for {a.backend}",
                           "recompile with --backend, or drop the flag")
