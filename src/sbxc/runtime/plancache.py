@@ -99,6 +99,7 @@ def _write_entry(dir_fd: int, name: str, entry: dict) -> None:
         os.close(fd)
         fd = -1
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        _trim(dir_fd)
     except OSError:
         try:
             os.unlink(tmp, dir_fd=dir_fd)
@@ -107,6 +108,34 @@ def _write_entry(dir_fd: int, name: str, entry: dict) -> None:
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+MAX_ENTRIES = 256
+KEEP_ENTRIES = 192
+
+
+def _trim(dir_fd: int) -> None:
+    """Keep the folder bounded: past MAX_ENTRIES, drop the least recently written entries.
+    Runs on a miss only (a hit never lists the folder)."""
+    try:
+        with os.scandir(dir_fd) as it:
+            entries = []
+            for e in it:
+                if e.name.startswith(("p-", "f-", ".tmp-")):
+                    try:
+                        entries.append((e.stat(follow_symlinks=False).st_mtime_ns, e.name))
+                    except OSError:
+                        pass
+    except OSError:
+        return
+    if len(entries) <= MAX_ENTRIES:
+        return
+    entries.sort()
+    for _mtime, name in entries[: len(entries) - KEEP_ENTRIES]:
+        try:
+            os.unlink(name, dir_fd=dir_fd)
+        except OSError:
+            pass
 
 
 # ------------------------------------------------------------------ --plan FILE

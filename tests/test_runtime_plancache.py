@@ -1,0 +1,58 @@
+"""The plan cache's storage: private folder, whole entries, bounded size (no sandbox needed)."""
+from __future__ import annotations
+
+import os
+import stat
+
+from sbxc.runtime import plancache
+
+
+def test_entries_round_trip_and_are_private(tmp_path):
+    d = tmp_path / "plans"
+    d.mkdir(mode=0o700)
+    fd = os.open(str(d), os.O_PATH | os.O_DIRECTORY)
+    try:
+        plancache._write_entry(fd, "p-abc", {"v": plancache.ENTRY_VERSION, "plan": {"x": [1, "y"]}})
+        assert plancache._read_entry(fd, "p-abc")["plan"] == {"x": [1, "y"]}
+        assert stat.S_IMODE(os.stat(d / "p-abc").st_mode) == 0o600
+        # a symlink in place of an entry is never followed
+        os.symlink("/etc/passwd", str(d / "p-link"))
+        assert plancache._read_entry(fd, "p-link") is None
+        # garbage is a miss, not a crash
+        (d / "p-bad").write_bytes(b"\x00garbage")
+        assert plancache._read_entry(fd, "p-bad") is None
+        # another entry version is a miss
+        plancache._write_entry(fd, "p-old", {"v": 0, "plan": {}})
+        assert plancache._read_entry(fd, "p-old") is None
+        assert not [n for n in os.listdir(d) if n.startswith(".tmp-")]
+    finally:
+        os.close(fd)
+
+
+def test_folder_is_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(plancache, "MAX_ENTRIES", 10)
+    monkeypatch.setattr(plancache, "KEEP_ENTRIES", 6)
+    d = tmp_path / "plans"
+    d.mkdir(mode=0o700)
+    fd = os.open(str(d), os.O_PATH | os.O_DIRECTORY)
+    try:
+        for i in range(11):
+            (d / f"p-{i:02d}").write_bytes(b"")
+            os.utime(d / f"p-{i:02d}", ns=(i * 10**9, i * 10**9))
+        plancache._write_entry(fd, "p-new", {"v": plancache.ENTRY_VERSION, "plan": {}})
+        names = sorted(os.listdir(d))
+        assert len(names) == 6 and "p-new" in names and "p-00" not in names
+    finally:
+        os.close(fd)
+
+
+def test_policy_ref_matches_compiler_discovery(tmp_path):
+    from sbxc.compiler.api import discover
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    assert plancache.policy_ref(None, str(tmp_path / "a" / "b")) == discover(str(tmp_path / "a" / "b"))[0]
+    (tmp_path / "a" / "sandbox.policy.yaml").write_text("sbxc: 1\n")
+    got = plancache.policy_ref(None, str(tmp_path / "a" / "b"))
+    assert got == discover(str(tmp_path / "a" / "b"))[0] == str(tmp_path / "a" / "sandbox.policy.yaml")
+    assert plancache.policy_ref("x.yaml", "/p") == "/p/x.yaml"
+    assert plancache.policy_ref("builtin:default", "/p") == "builtin:default"
