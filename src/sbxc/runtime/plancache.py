@@ -117,9 +117,14 @@ KEEP_ENTRIES = 192
 def _trim(dir_fd: int) -> None:
     """Keep the folder bounded: past MAX_ENTRIES, drop the least recently written entries.
     Runs on a miss only (a hit never lists the folder)."""
+    entries = []
     try:
-        with os.scandir(dir_fd) as it:
-            entries = []
+        # dir_fd is O_PATH (it cannot be listed): open the folder itself through it.
+        list_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return
+    try:
+        with os.scandir(list_fd) as it:
             for e in it:
                 if e.name.startswith(("p-", "f-", ".tmp-")):
                     try:
@@ -128,6 +133,8 @@ def _trim(dir_fd: int) -> None:
                         pass
     except OSError:
         return
+    finally:
+        os.close(list_fd)
     if len(entries) <= MAX_ENTRIES:
         return
     entries.sort()
