@@ -83,6 +83,19 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
                 pass
 
     cleanups.append(close_all)
+    wanted = opts.count(EMPTY_FD)
+    if wanted > 256:
+        # One descriptor per masked file until bwrap has read them: a policy with
+        # thousands of masks needs more than the usual soft limit of 1024.
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        need = wanted + 64
+        if soft != resource.RLIM_INFINITY and soft < need:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else min(need, hard), hard))
+            except (ValueError, OSError):
+                pass  # the open below then fails and refuses, naming the limit
     try:
         for i, a in enumerate(opts):
             if a == EMPTY_FD:
