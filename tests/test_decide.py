@@ -135,3 +135,43 @@ def test_home_setting_is_an_implied_rule(tmp_path):
         plan, _, _ = plan_of(tmp_path, ["read /"], extra=f"home: {mode}\n")
         d = decide(plan, plan.home + "/x")
         assert d.access == access and d.rule.origin == "home"
+
+
+def _scan(plan, q):
+    """The definition, written as a scan: the deepest rule whose path contains q."""
+    from sbxc.compiler.plan import is_within, path_depth
+
+    best = None
+    for rule in plan.fs:
+        if is_within(q, rule.path) and (best is None or path_depth(rule.path) > path_depth(best.path)):
+            best = rule
+    return best
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_SEG = st.sampled_from(["a", "b", "bc", "b.c", "c", "..", "."])
+_PATH = st.lists(_SEG, min_size=0, max_size=5).map(lambda parts: "/" + "/".join(parts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_PATH, st.sampled_from(["read", "write", "tmpfs", "mask"])), max_size=12),
+       st.lists(_PATH, min_size=1, max_size=10))
+def test_decide_agrees_with_the_scan(rules, queries):
+    from sbxc.compiler.plan import (BUILTIN_SPAN, CachePlan, EnvPlan, LandlockPlan, Network, PathRule, Plan,
+                                    SyscallPlan, fs_sort_key)
+
+    fs, seen = [], set()
+    for path, access in rules:
+        p = normalize_query(path)
+        if p not in seen:
+            seen.add(p)
+            fs.append(PathRule(p, access, "dir", BUILTIN_SPAN))
+    plan = Plan(project="/a", home="/h", home_mode="read-only", uid=1, backend="auto",
+                fs=tuple(sorted(fs, key=fs_sort_key)), skipped=(), network=Network("on"), env=EnvPlan((), ()),
+                cache=CachePlan(False, "", "", (), ()), syscalls=SyscallPlan(()), landlock=LandlockPlan())
+    for q in queries:
+        got = decide(plan, q)
+        want = _scan(plan, normalize_query(q))
+        assert got.rule is want
+        assert got.access == (want.access if want else "none")

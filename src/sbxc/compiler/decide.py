@@ -63,13 +63,35 @@ def decide(plan: Plan, path: str, resolve: Optional[Callable[[str], str]] = None
     strictness), so the deepest containing rule is unique.
     """
     q = normalize_query(path, resolve)
-    best: Optional[PathRule] = None
-    for rule in plan.fs:
-        if is_within(q, rule.path) and (best is None or path_depth(rule.path) > path_depth(best.path)):
-            best = rule
-    if best is None:
-        return Decision(NONE, None, q)
-    return Decision(best.access, best, q)
+    # The deepest rule containing q is the rule on q's longest ancestor-or-self path:
+    # walking up q costs its depth, where scanning plan.fs made every backend quadratic.
+    by_path = _rules_by_path(plan.fs)
+    p = q
+    while True:
+        rule = by_path.get(p)
+        if rule is not None:
+            return Decision(rule.access, rule, q)
+        if p == "/":
+            return Decision(NONE, None, q)
+        p = posixpath.dirname(p)
+
+
+_BY_PATH: dict = {}
+
+
+def _rules_by_path(fs: tuple) -> dict:
+    """path -> rule for ``fs`` (the first rule wins, as the scan did), cached for recent plans.
+    The entry keeps ``fs`` itself, so an id is never mistaken for a later tuple's."""
+    hit = _BY_PATH.get(id(fs))
+    if hit is not None and hit[0] is fs:
+        return hit[1]
+    by_path: dict = {}
+    for rule in fs:
+        by_path.setdefault(rule.path, rule)
+    if len(_BY_PATH) >= 16:
+        _BY_PATH.pop(next(iter(_BY_PATH)))
+    _BY_PATH[id(fs)] = (fs, by_path)
+    return by_path
 
 
 def allowed(plan: Plan, path: str, op: str, resolve: Optional[Callable[[str], str]] = None) -> bool:
