@@ -12,6 +12,9 @@ import sys
 from ..compiler.diagnostics import display_path, dumps_json, render_text
 
 
+_EXPLAINED = ("policy", "backend (resolved)")
+
+
 class _Usage(Exception):
     pass
 
@@ -94,7 +97,9 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
     width = max(len(r["key"]) for r in rows)
     vwidth = min(40, max(len(r["value"]) for r in rows))
     for r in rows:
-        line = f"{r['key']:<{width}}  {r['value']:<{vwidth}}  from {r['origin']}"
+        # The policy and the resolved backend carry a reason rather than a place.
+        where = f"({r['origin']})" if r["key"] in _EXPLAINED else f"from {r['origin']}"
+        line = f"{r['key']:<{width}}  {r['value']:<{vwidth}}  {where}"
         if r["beat"]:
             line += "; beat " + ", ".join(f"{b['value']} ({b['origin']})" for b in r["beat"])
         if r["effect"]:
