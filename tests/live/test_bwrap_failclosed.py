@@ -205,3 +205,19 @@ def test_plan_in_a_writable_folder_is_refused(setup):
     r = run(sbxc_argv("exec", "--plan", inside, "--", *s.cmd), env=base_env(s.home), cwd=s.project)
     refused(r, s.marker, "rewritten")
     control(s)  # the same plan outside the project runs
+
+
+def test_current_folder_not_in_the_sandbox(setup, tmp_path):
+    """bwrap would fall back to $HOME or / for a folder it cannot see: sbxc refuses instead."""
+    s = setup
+    masked = os.path.join(s.home, ".ssh")
+    r = run(sbxc_argv("exec", "--plan", s.plan, "--", *s.cmd), env=base_env(s.home), cwd=masked)
+    refused(r, s.marker, "current folder")
+    hidden = tmp_path / "under-private-tmp"  # /tmp is a private tmpfs in the plan
+    hidden.mkdir()
+    r = run(sbxc_argv("exec", "--plan", s.plan, "--", *s.cmd), env=base_env(s.home), cwd=str(hidden))
+    refused(r, s.marker, "current folder")
+    # control: from a folder of the project, the command runs there
+    sub = os.path.join(s.project, "src")
+    r = run(sbxc_argv("exec", "--plan", s.plan, "--", "sh", "-c", f"pwd; touch {s.marker}"), env=base_env(s.home), cwd=sub)
+    assert r.rc == 0 and r.out == sub + "\n" and os.path.exists(s.marker), r

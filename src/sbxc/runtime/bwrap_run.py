@@ -38,6 +38,17 @@ def _unread(fd: int) -> int:
     return int.from_bytes(buf, sys.byteorder)
 
 
+def _deepest(checks, path: str) -> tuple[str, str]:
+    """(rule path, access) of the deepest rule containing ``path``; ("", "none") if none."""
+    best, access, depth = "", "none", -1
+    for rpath, _kind, acc in checks:
+        if path == rpath or path.startswith(rpath.rstrip("/") + "/"):
+            d = 0 if rpath == "/" else rpath.count("/")
+            if d > depth:
+                best, access, depth = rpath, acc, d
+    return best, access
+
+
 def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     data = planfile.get("lowered") or {}
     planned = data.get("bwrap") or (planfile.get("host") or {}).get("bwrap", "")
@@ -54,6 +65,15 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     bpf = bytes.fromhex(data.get("seccomp") or "")
     if not bpf or len(bpf) % 8 or len(bpf) >= _PIPE_MAX:
         raise Refusal("the plan has no usable seccomp filter", "recompile the plan (sbxc compile -o PLAN)")
+
+    # The command runs in the caller's folder or not at all. bwrap alone would fall back to
+    # $HOME or / when the folder is not in the sandbox: `rm -rf build` would then run
+    # somewhere the caller did not mean.
+    cwd = ctx.cwd
+    where, access = _deepest((planfile.get("runtime") or {}).get("checks") or (), cwd)
+    if access in ("none", "mask") or (access == "tmpfs" and where != cwd):
+        raise Refusal(f"the current folder {cwd} is not in the sandbox (policy: {access})",
+                      "run sbxc from a folder the policy shows, e.g. the project")
 
     opts = list(data.get("argv") or ())
     cache = ctx.cache
@@ -117,7 +137,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         raise Refusal(f"could not prepare bwrap's descriptors ({e.strerror})", "check the open-files limit (ulimit -n)") from None
     seccomp_fd = r
 
-    argv = [found] + opts + ["--seccomp", str(seccomp_fd), "--info-fd", str(info_w), "--"] + list(cmd)
+    argv = [found] + opts + ["--chdir", cwd, "--seccomp", str(seccomp_fd), "--info-fd", str(info_w), "--"] + list(cmd)
     info = bytearray()
 
     def signal_target():
@@ -155,6 +175,8 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         if status == 1 and first.startswith(b"bwrap: execvp "):
             line = first.split(b"\n", 1)[0]
             return 127 if line.endswith(b"No such file or directory") else 126
+        if status == 1 and first.startswith(b"bwrap: Can't chdir"):
+            return 125  # the folder vanished after the check: the command did not run
         return status
 
     # The pass_fds exclude the read end of the info pipe: only bwrap's write end goes over.
