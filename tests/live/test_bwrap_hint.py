@@ -103,3 +103,9 @@ def test_terminal_stderr_stays_the_callers(sbxc):
     assert p.returncode == 6
     assert p.stdout == b"stderr-is-a-tty\n"
     assert b"Could not resolve host" in got and b"sbxc: hint" not in got
+
+
+def test_hint_for_per_port_rules_narrowed_to_no_network(sbxc):
+    pol = OFF.replace("network: false", "network: [connect tcp 443]")
+    r = sbxc(pol, *fail_with("Could not resolve host: example.com"))
+    assert r.err.rstrip("\n").split("\n")[-1] == HINT, r
