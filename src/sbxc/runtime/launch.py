@@ -78,8 +78,8 @@ NETWORK_PATTERNS = (
     b"cannot assign requested address",
 )
 NETWORK_HINT = (
-    "sbxc: hint: the network is off for this command (network: false); if it needs the "
-    "network, run `sbxc exec --network=true ...` or set `network: true` in the policy\n"
+    "sbxc: hint: the network is off in this sandbox; if the command needs it, run "
+    "`sbxc exec --network=true ...` or set `network: true` in the policy\n"
 )
 _OVERLAP = max(len(p) for p in NETWORK_PATTERNS) - 1
 
