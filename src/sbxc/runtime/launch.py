@@ -595,7 +595,10 @@ def launch(pf: dict, cmd: list, environ, cwd: str) -> int:
                           network=rt.get("network", "on"), cache=cache, plans_dir=plancache.plans_dir(),
                           warn=lambda line: sys.stderr.write(one_line(line) + "\n"), environ=environ)
             spec = runner.prepare(pf, list(cmd), env, ctx)
-            return run(spec, ctx.network != "on")
+            # The hint is for a network that is off: `network: false`, or per-port rules
+            # on bwrap (narrowed to no network). Under Landlock the listed ports stay open.
+            net_off = ctx.network == "off" or (ctx.network == "rules" and backend == "bwrap")
+            return run(spec, net_off)
         finally:
             cache.cleanup()
     except Refusal as r:
