@@ -479,3 +479,15 @@ def test_command_starts_with_default_signal_dispositions(sbxc):
     assert p.stdout.split()[-1] == "0000000000000000"  # control: as a shell would start it
     r = sbxc(DEFAULT, "sh", "-c", "yes | head -n1 >/dev/null; echo done")
     assert r.out == "done\n" and "Broken pipe" not in r.err, r
+
+
+def test_closed_std_descriptors_become_dev_null(sbxc):
+    """Started with stdin and stdout closed, the command finds /dev/null there, not one of
+    sbxc's own pipes (whose numbers would otherwise take those places)."""
+    with open(os.path.join(sbxc.project, "sandbox.policy.yaml"), "w") as f:
+        f.write(DEFAULT)
+    probe = "for i in 0 1; do echo \"$i $(readlink /proc/$$/fd/$i)\" >&2; done"
+    p = subprocess.run(["sh", "-c", 'exec "$@" <&- >&-', "sh", *sbxc_argv("exec", "--", "sh", "-c", probe)],
+                       env=base_env(sbxc.home), cwd=sbxc.project, stderr=subprocess.PIPE, timeout=60)
+    assert p.returncode == 0, p
+    assert p.stderr.decode().split("\n")[:2] == ["0 /dev/null", "1 /dev/null"], p

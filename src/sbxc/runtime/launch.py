@@ -84,7 +84,9 @@ NETWORK_HINT = (
 _OVERLAP = max(len(p) for p in NETWORK_PATTERNS) - 1
 
 # Signals passed on to the sandbox process; the rest keep their default action.
-_FORWARD = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+# SIGWINCH too: the command has no controlling terminal under bwrap (new session), so a
+# resize of the caller's terminal reaches it only this way.
+_FORWARD = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH")
 
 
 class LaunchSpec:
@@ -540,8 +542,25 @@ def exec_entry(argv) -> int:
     os._exit(rc)
 
 
+def _fill_std_fds() -> None:
+    """A caller may start sbxc with stdin, stdout or stderr closed. The descriptors sbxc
+    opens would then take those numbers and the command would find a pipe of sbxc's as
+    its stdout. /dev/null takes their place instead."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            got = os.open("/dev/null", os.O_RDWR)
+            if got != fd:
+                os.dup2(got, fd)  # dup2 makes fd inheritable
+                os.close(got)
+            else:
+                os.set_inheritable(fd, True)  # os.open's descriptors are close-on-exec
+
+
 def exec_main(argv) -> int:
     environ = os.environ
+    _fill_std_fds()
     try:
         a = parse_args(list(argv))
         try:
