@@ -491,3 +491,11 @@ def test_closed_std_descriptors_become_dev_null(sbxc):
                        env=base_env(sbxc.home), cwd=sbxc.project, stderr=subprocess.PIPE, timeout=60)
     assert p.returncode == 0, p
     assert p.stderr.decode().split("\n")[:2] == ["0 /dev/null", "1 /dev/null"], p
+
+
+@pytest.mark.skipif(not os.path.exists("/etc/resolv.conf"), reason="this host has no /etc/resolv.conf")
+def test_resolv_conf_kept(sbxc):
+    want = open("/etc/resolv.conf").read()
+    for net in ("true", "false"):
+        r = sbxc(policy(network=net), "cat", "/etc/resolv.conf")
+        assert r.rc == 0 and r.out == want, r
