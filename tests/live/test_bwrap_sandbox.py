@@ -499,3 +499,23 @@ def test_resolv_conf_kept(sbxc):
     for net in ("true", "false"):
         r = sbxc(policy(network=net), "cat", "/etc/resolv.conf")
         assert r.rc == 0 and r.out == want, r
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_background_child_holding_stderr_does_not_hold_sbxc(sbxc, backend, tmp_path):
+    """sbxc returns when the command ends, as a shell does, even when something the command
+    left running keeps stderr open (bwrap ends such processes with its PID namespace;
+    under Landlock they may outlive the command)."""
+    import time
+
+    if backend == "landlock":
+        from sbxc.runtime.probe import landlock_abi
+
+        if landlock_abi() < 1:
+            pytest.skip("Landlock is not available on this kernel")
+    pol = DEFAULT.replace("backend: bwrap", f"backend: {backend}")
+    t0 = time.monotonic()
+    r = sbxc(pol, "sh", "-c", "echo early >&2; sleep 8 >/dev/null & echo done", timeout=30)
+    took = time.monotonic() - t0
+    assert r.rc == 0 and r.out == "done\n" and "early" in r.err, r
+    assert took < 6, took

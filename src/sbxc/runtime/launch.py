@@ -324,6 +324,49 @@ def _close_fds_except(keep) -> None:
     os.closerange(lo, 1 << 20)
 
 
+def _ignore_signal(_signum, _frame) -> None:
+    return None
+
+
+def _relay_chunks(pid: int, err_r: int, wake_r: int):
+    """Yield what arrives on ``err_r`` (bytes) and, once, the child's wait status (int).
+
+    After the child has ended, only what is already in the pipe is taken (non-blocking):
+    a background process of the command that keeps stderr open does not keep sbxc waiting.
+    """
+    import select
+
+    while True:
+        ready = select.select([err_r, wake_r], [], [])[0]
+        if err_r in ready:
+            chunk = os.read(err_r, 65536)
+            if not chunk:
+                return  # every writer is gone; the caller waits for the status
+            yield chunk
+        if wake_r in ready:
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = pid, 0
+            if done:
+                os.set_blocking(err_r, False)
+                try:
+                    while True:
+                        chunk = os.read(err_r, 65536)
+                        if not chunk:
+                            break
+                        yield chunk
+                except BlockingIOError:
+                    pass
+                yield status
+                return
+
+
 def run(spec: LaunchSpec, network_off: bool) -> int:
     """Fork, exec ``spec.argv``, relay stderr when it is not a terminal, wait, clean up."""
     import _signal
@@ -358,6 +401,14 @@ def run(spec: LaunchSpec, network_off: bool) -> int:
     for name in _FORWARD:
         num = getattr(_signal, name)
         old[num] = _signal.signal(num, forward)
+    # SIGCHLD wakes the relay loop (through the wakeup descriptor), so sbxc returns when
+    # the command ends even if something it started in the background keeps stderr open.
+    wake_r = wake_w = -1
+    old_wakeup = None
+    if interpose:
+        wake_r, wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        old[_signal.SIGCHLD] = _signal.signal(_signal.SIGCHLD, _ignore_signal)
+        old_wakeup = _signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     try:
         pid = os.fork()
         if pid == 0:
@@ -376,15 +427,16 @@ def run(spec: LaunchSpec, network_off: bool) -> int:
 
         first = b""
         matched = False
+        status = None
         if interpose:
             held = []
             started = spec.started is None
             tail = b""
             scan = network_off
-            while True:
-                chunk = os.read(err_r, 65536)
-                if not chunk:
-                    break
+            for chunk in _relay_chunks(pid, err_r, wake_r):
+                if isinstance(chunk, int):
+                    status = chunk  # the child ended (its wait status)
+                    continue
                 if not started:
                     if spec.started():
                         started = True
@@ -409,13 +461,11 @@ def run(spec: LaunchSpec, network_off: bool) -> int:
             early = b"".join(held)
         else:
             early = b""
-        while True:
+        while status is None:
             try:
                 _, status = os.waitpid(pid, 0)
-                break
             except ChildProcessError:
                 status = 0
-                break
         child[0] = 0
         rc = os.waitstatus_to_exitcode(status)
         if rc < 0:
@@ -449,8 +499,13 @@ def run(spec: LaunchSpec, network_off: bool) -> int:
             _write_all(2, NETWORK_HINT.encode())
         return rc
     finally:
+        if old_wakeup is not None:
+            _signal.set_wakeup_fd(old_wakeup)
         for num, h in old.items():
             _signal.signal(num, h)
+        for fd in (wake_r, wake_w):
+            if fd >= 0:
+                os.close(fd)
         for fn in reversed(spec.cleanups):
             try:
                 fn()
