@@ -49,7 +49,9 @@ It must not start any process; ``exec_main`` forks once and execs ``spec.argv``.
 
 ``Context`` carries ``project``, ``cwd``, ``uid``, ``is_root``, ``network`` (``on``/``off``/
 ``rules``, after flags), ``cache`` (the cachedir ``CacheSetup`` or None), ``plans_dir``
-(the plan cache folder that no sandbox may write; hide or deny it), ``warn(line)``.
+(the plan cache folder that no sandbox may write; hide or deny it), ``warn(line)``,
+``environ`` (the caller's environment: for finding the sandbox tool, never for the
+command). docs/runtime.md has the same protocol as a table.
 """
 from __future__ import annotations
 
