@@ -78,8 +78,11 @@ def outputs(case: str, tmp_path) -> dict[str, str]:
     paths = FakePaths(root)
     args = _read(case, "args.txt").split()
     overrides = {}
-    if "--network=false" in args:
-        overrides["network"] = False
+    for a in args:
+        if a.startswith("--network"):
+            overrides["network"] = a != "--network=false"
+        if a.startswith("--backend="):
+            overrides["backend"] = a.split("=", 1)[1]
     result = compile_policy(None, cwd=proj, environ=environ, host=host, overrides=overrides, paths=paths)
     if result.plan is not None:
         host = with_listings(result.plan, host, root)

@@ -56,6 +56,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX035": (ERROR, "{verb} {path}: \"{link}\" is a symlink (to {target}); a writable rule through a symlink could point writes anywhere"),
     "SBX036": (ERROR, "cache.root: {why}"),
     "SBX037": (ERROR, "project folder {path} {why}"),
+    "SBX039": (ERROR, "tmpfs {path}: the path is a {kind}, not a folder"),
     "SBX038": (ERROR, "the value holds a NUL, a line break or a character that is not valid Unicode"),
     # rule sets
     "SBX040": (WARNING, "duplicate rule: {subject} is already given"),

@@ -380,6 +380,10 @@ def normalize(m: Merged, ctx: Context, root_dir: str) -> Optional[Plan]:
                 diags.append(diag("SBX034", pa.span, path=real if real == lex else f"{lex} (resolved to {real})",
                                   hint=f"write \"{rule.verb}? ...\" if the path may be missing"))
                 continue
+        if rule.verb == TMPFS and kind not in (KIND_DIR, KIND_MISSING):
+            diags.append(diag("SBX039", pa.span, path=real, kind=kind,
+                              hint="tmpfs makes an empty private folder; use mask to hide a file"))
+            continue
         cands.append(_Cand(real, rule.verb, kind, pa.span, pa.text, "filesystem", quiet, lex))
 
     # one rule per path: the stricter wins; pairs are reported
