@@ -95,6 +95,11 @@ BWRAP_FAILURES: tuple[tuple[str, str, str], ...] = (
         "check that /tmp is writable on the host",
     ),
     (
+        "Can't chdir",
+        "the current folder vanished before the command could start in it",
+        "run sbxc from an existing folder the policy shows",
+    ),
+    (
         "prctl(PR_SET_SECCOMP)",
         "the kernel refused to load the plan's seccomp filter",
         "check that seccomp is enabled (sbxc doctor)",
