@@ -221,3 +221,16 @@ def test_current_folder_not_in_the_sandbox(setup, tmp_path):
     sub = os.path.join(s.project, "src")
     r = run(sbxc_argv("exec", "--plan", s.plan, "--", "sh", "-c", f"pwd; touch {s.marker}"), env=base_env(s.home), cwd=sub)
     assert r.rc == 0 and r.out == sub + "\n" and os.path.exists(s.marker), r
+
+
+def test_filter_the_kernel_refuses(setup, tmp_path):
+    """A failure in bwrap's last steps (here: loading the seccomp filter, after all mounts)
+    is still a refusal, not the command's status 1."""
+    s = setup
+    pf = json.load(open(s.plan))
+    pf["lowered"]["seccomp"] = "ffff000000000000"  # one instruction with an invalid opcode
+    bad = str(tmp_path / "plan-bad-filter.json")
+    json.dump(pf, open(bad, "w"))
+    r = run(sbxc_argv("exec", "--plan", bad, "--", *s.cmd), env=base_env(s.home), cwd=s.project)
+    refused(r, s.marker, "seccomp")
+    control(s)

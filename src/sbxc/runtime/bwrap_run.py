@@ -19,8 +19,9 @@ from .launch import LaunchSpec
 EMPTY_FD = "@fd:empty"  # same as sbxc.backends.bwrap.EMPTY_FD (not imported: hot path)
 _FIONREAD = 0x541B  # asm-generic/ioctls.h; the same on x86_64 and aarch64
 _PIPE_MAX = 65536
-_LATE_FAILURES = (b"bwrap: Can't chdir", b"bwrap: setsid", b"bwrap: Can't fork for pid 1",
-                  b"bwrap: prctl(PR_SET_SECCOMP)", b"bwrap: prctl(PR_SET_NO_NEW_PRIVS)")  # the default pipe buffer: the whole program must fit before bwrap reads
+# bwrap's messages for its steps after it read the seccomp program (first stderr line).
+_LATE_FAILURES = (b"Can't chdir", b"setsid", b"Can't fork for pid 1", b"PR_SET_SECCOMP",
+                  b"system call filtering", b"PR_SET_NO_NEW_PRIVS")  # the default pipe buffer: the whole program must fit before bwrap reads
 
 
 def _which(name: str, environ) -> str:
@@ -177,10 +178,11 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         if status == 1 and first.startswith(b"bwrap: execvp "):
             line = first.split(b"\n", 1)[0]
             return 127 if line.endswith(b"No such file or directory") else 126
-        if status == 1 and first.startswith(_LATE_FAILURES):
+        head = first.split(b"\n", 1)[0]
+        if status == 1 and head.startswith(b"bwrap: ") and any(m in head for m in _LATE_FAILURES):
             # bwrap's last steps after reading the seccomp program (chdir, setsid, the fork
             # of its PID 1, loading the filter): the command did not run.
-            line = first.split(b"\n", 1)[0].decode("utf-8", "replace")
+            line = head.decode("utf-8", "replace")
             cause, fix = bwrap_failure(line)
             sys.stderr.write(Refusal(cause, fix).line() + "\n")
             return 125
