@@ -234,3 +234,22 @@ def test_filter_the_kernel_refuses(setup, tmp_path):
     r = run(sbxc_argv("exec", "--plan", bad, "--", *s.cmd), env=base_env(s.home), cwd=s.project)
     refused(r, s.marker, "seccomp")
     control(s)
+
+
+@pytest.mark.parametrize("damage", ["no-runtime", "argv-not-list", "checks-garbage", "lowered-missing"])
+def test_malformed_plan_is_a_refusal(setup, tmp_path, damage):
+    s = setup
+    pf = json.load(open(s.plan))
+    if damage == "no-runtime":
+        del pf["runtime"]
+    elif damage == "argv-not-list":
+        pf["lowered"]["argv"] = 7
+    elif damage == "checks-garbage":
+        pf["runtime"]["checks"] = [["/", "dir"]]
+    else:
+        del pf["lowered"]
+    bad = str(tmp_path / f"plan-{damage}.json")
+    json.dump(pf, open(bad, "w"))
+    r = run(sbxc_argv("exec", "--plan", bad, "--", *s.cmd), env=base_env(s.home), cwd=s.project)
+    refused(r, s.marker)
+    assert "Traceback" not in r.err

@@ -633,6 +633,13 @@ def exec_main(argv) -> int:
     except Refusal as r:
         sys.stderr.write(r.line() + "\n")
         return REFUSED
+    except Exception as e:
+        # A bug or a malformed plan: still one line and 125, never a traceback with
+        # status 1 that could pass for the command's own failure. (Once the command has
+        # started, ``run`` returns its status and does not raise.)
+        sys.stderr.write(Refusal(f"internal error before the command started ({type(e).__name__}: {e})",
+                                 "check the plan file (recompile it); please report this").line() + "\n")
+        return REFUSED
 
 
 def launch(pf: dict, cmd: list, environ, cwd: str) -> int:
