@@ -80,6 +80,28 @@ def bwrap_works():
     return bwrap
 
 
+def remove_project_cache(project: str, root: str = "") -> None:
+    """Delete the per-project cache folder sbxc made for a test's throwaway project (and
+    its marker), so test runs do not pile folders up under the cache root."""
+    from sbxc import cache
+    from sbxc.runtime import cachedir
+
+    root = root or cache.default_root(os.getuid())
+    pid = cache.project_id(project)
+    try:
+        root_fd = cachedir.open_root(root, os.getuid(), create=False)
+    except (cachedir.Unsafe, OSError):
+        return
+    try:
+        cachedir.remove_tree(root_fd, pid)
+        try:
+            os.unlink(pid + cachedir.MARKER_SUFFIX, dir_fd=root_fd)
+        except FileNotFoundError:
+            pass
+    finally:
+        os.close(root_fd)
+
+
 @pytest.fixture
 def project(tmp_path):
     p = tmp_path / "project"
@@ -87,7 +109,9 @@ def project(tmp_path):
     (p / ".git" / "hooks").mkdir(parents=True)
     (p / ".git" / "config").write_text("[core]\n")
     (p / "README").write_text("hello\n")
-    return str(p.resolve())
+    real = str(p.resolve())
+    yield real
+    remove_project_cache(real)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from conftest import base_env, run, sbxc_argv, snapshot
+from conftest import base_env, remove_project_cache, run, sbxc_argv, snapshot
 
 pytestmark = pytest.mark.live
 
@@ -314,11 +314,14 @@ def test_no_leftovers_on_host(sbxc, tmp_path):
     with open(os.path.join(sbxc.project, ".env"), "w") as f:
         f.write("A=1\n")
     sbxc(pol, "true")  # first run: the cache folders and the plan are made (they are meant to stay)
-    cache_root = os.path.dirname(plans_dir())
-    before = (snapshot(sbxc.project, sbxc.home, cache_root, depth=6), _ours("/tmp"), _ours("/var/tmp"), _ours("/run/user"))
+    from sbxc import cache
+
+    # This project's cache folder only: other suites add and remove theirs concurrently.
+    own_cache = cache.project_dir(os.path.dirname(plans_dir()), sbxc.project)
+    before = (snapshot(sbxc.project, sbxc.home, own_cache, depth=6), _ours("/tmp"), _ours("/var/tmp"), _ours("/run/user"))
     r = sbxc(pol, "sh", "-c", "ls / /tmp >/dev/null; echo hi > /tmp/inner; mkdir -p /tmp/x/y; echo c > $XDG_CACHE_HOME/c")
     assert r.rc == 0 and r.err == "", r
-    after = (snapshot(sbxc.project, sbxc.home, cache_root, depth=6), _ours("/tmp"), _ours("/var/tmp"), _ours("/run/user"))
+    after = (snapshot(sbxc.project, sbxc.home, own_cache, depth=6), _ours("/tmp"), _ours("/var/tmp"), _ours("/run/user"))
     for b, a in zip(before, after):
         new = {x for x in a - b if not str(x[1]).endswith("/c")}  # the cache write is the command's own
         assert new == set(), new
@@ -463,9 +466,12 @@ def test_hidden_home_with_the_project_inside(bwrap_works, home):
     os.makedirs(proj)
     with open(os.path.join(proj, "sandbox.policy.yaml"), "w") as f:
         f.write("sbxc: 1\nextends: [builtin:default]\nbackend: bwrap\nhome: hidden\n")
-    r = run(sbxc_argv("exec", "--", "sh", "-c",
-                      f"ls -A {home}; cat {home}/.ssh/id_rsa; echo y > {home}/f; echo home=$?; echo x > made; echo proj=$?"),
-            env=base_env(home), cwd=proj)
+    try:
+        r = run(sbxc_argv("exec", "--", "sh", "-c",
+                          f"ls -A {home}; cat {home}/.ssh/id_rsa; echo y > {home}/f; echo home=$?; echo x > made; echo proj=$?"),
+                env=base_env(home), cwd=proj)
+    finally:
+        remove_project_cache(proj)
     assert "PRIVATE" not in r.out and ".ssh" not in r.out, r
     assert r.out.split("\n")[0] == "src", r  # only the way to the project shows
     assert "home=0" not in r.out and "proj=0" in r.out, r
