@@ -17,6 +17,8 @@ may lose its listing.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from ..compiler.decide import decide
 from ..compiler.plan import (
     KIND_DIR, KIND_MISSING, MASK, NET_OFF, NET_ON, NET_RULES, NONE, READ, TMPFS, WRITE,
@@ -93,19 +95,38 @@ def _effective_rules(plan: Plan) -> list[PathRule]:
     return [r for r in plan.fs if r.path not in dropped]
 
 
-def _below(rules: list[PathRule], path: str) -> list[PathRule]:
-    return [r for r in rules if r.path != path and is_within(r.path, path)]
+class _RulesBelow:
+    """The rules strictly beneath a path (``is_within`` and not the path itself), in path order.
+
+    Asked for every granting folder and every listed entry on the way to a stricter rule,
+    so scanning all rules for each made lowering quadratic in the policy's size. Paths
+    that start with a given prefix are one contiguous run of the rules sorted by path, so
+    an answer costs a binary search plus its own length.
+    """
+
+    def __init__(self, rules: list[PathRule]):
+        self._rules = sorted(rules, key=lambda r: r.path)
+        self._paths = [r.path for r in self._rules]
+
+    def __call__(self, path: str) -> list[PathRule]:
+        prefix = "/" if path == "/" else path + "/"  # as is_within reads its parent
+        lo = bisect_left(self._paths, prefix)
+        # "0" follows "/": every path starting with prefix sorts before prefix[:-1] + "0",
+        # and no other path sorts between the two.
+        hi = bisect_left(self._paths, prefix[:-1] + "0", lo)
+        return [r for r in self._rules[lo:hi] if r.path != path]
 
 
 def listing_dirs(plan: Plan) -> tuple[str, ...]:
     """Folders whose entries the lowering needs: every granting rule's folder with a
     stricter rule beneath, and the folders on the way down to those rules."""
     rules = _effective_rules(plan)
+    rules_below = _RulesBelow(rules)
     need = set()
     for r in rules:
         if _RIGHTS[r.access] == 0 or _is_file_kind(r.kind):
             continue
-        below = _below(rules, r.path)
+        below = rules_below(r.path)
         if not below:
             continue
         for d in below:
@@ -128,6 +149,7 @@ class _Lowering:
         self.listings = {d: entries for d, entries in (getattr(host, "listings", ()) or ())}
         self.rules = _effective_rules(plan)
         self.rule_paths = {r.path for r in self.rules}
+        self.rules_below = _RulesBelow(self.rules)
         self.grants: dict[str, list] = {}  # path -> [rights, kind]
         self.verdicts: list[Verdict] = []
         self.unlisted: set[str] = set()
@@ -158,7 +180,7 @@ class _Lowering:
                 # Landlock checks the target's own path; a rule on the link inode grants
                 # nothing useful. The target is reached through its real path's rules.
                 continue
-            below = _below(self.rules, child)
+            below = self.rules_below(child)
             if not below:
                 self.grant(child, rem, kind)
                 continue
@@ -194,7 +216,7 @@ class _Lowering:
             self.grant(r.path, rights, r.kind)
             self._read_only_partial(r, subject, [])
             return
-        below = _below(self.rules, r.path)
+        below = self.rules_below(r.path)
         g = rights
         for d in below:
             g &= _tolerated(d)
@@ -228,7 +250,7 @@ class _Lowering:
             d = decide(self.plan, path)
             if d.access in (MASK, NONE, TMPFS):
                 continue
-            if _below(self.rules, path):
+            if self.rules_below(path):
                 continue
             kind = "dir" if path in DEVICE_DIRS else "other"
             rights = _DEVICE_RIGHTS | (ll.FS_READ_DIR if kind == "dir" else 0)

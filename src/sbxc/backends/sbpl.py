@@ -25,12 +25,13 @@ that grants less; otherwise it is ``not enforceable`` and the plan refuses to ru
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Iterable, Optional
 
 from ..compiler.decide import OPS, Decision, decide
 from ..compiler.plan import (
     KIND_MISSING, MASK, NET_OFF, NET_ON, NONE, READ, TMPFS, WRITE,
-    BUILTIN_SPAN, Plan, PathRule, fs_sort_key, is_within,
+    BUILTIN_SPAN, Plan, PathRule, fs_sort_key,
 )
 from ..compiler.report import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, Verdict, verdict
 from . import Lowered
@@ -311,7 +312,9 @@ def lower(plan: Plan, host) -> Lowered:
 
     out += ["", "; Network."] + _network(plan, verdicts)
 
-    protect = _protected_ancestors(plan, exprs)
+    guarded = _protected_ancestors(plan, exprs)
+    protect = {a for ancestors in guarded.values() for a in ancestors}
+    granted_paths = sorted(r.path for r in plan.fs if r.access in (READ, WRITE))
     out += ["", "; The policy's filesystem rules, parents before children: the last matching",
             "; rule is the deepest one containing the path, and each rule decides every operation."]
     for i, rule in enumerate(plan.fs):
@@ -319,7 +322,7 @@ def lower(plan: Plan, host) -> Lowered:
             continue
         out.append(f"; {rule.origin} rule {i}: {rule.access}")
         out += _rule_statements(rule, exprs[i])
-        verdicts.append(_rule_verdict(plan, rule, protect))
+        verdicts.append(_rule_verdict(plan, rule, guarded.get(i, []), _paths_below(granted_paths, rule.path)))
 
     # A folder above a granted path that a mask (or tmpfs) covers: the mask's deny came
     # after the metadata grant above and took it back, so realpath() and friends would
@@ -399,8 +402,9 @@ def lower(plan: Plan, host) -> Lowered:
     return Lowered(BACKEND, data, tuple(verdicts))
 
 
-def _protected_ancestors(plan: Plan, exprs: dict) -> dict[str, list[PathRule]]:
-    """Writable folders above a rule that denies something, mapped to those rules.
+def _protected_ancestors(plan: Plan, exprs: dict) -> dict[int, list[str]]:
+    """For each rule that denies something (by index in ``plan.fs``), the writable folders
+    above it, sorted.
 
     Seatbelt matches paths at access time. If the command could rename a writable folder
     above a mask (``mv proj/sub proj/sub2``), the masked file would move to a path the
@@ -408,29 +412,42 @@ def _protected_ancestors(plan: Plan, exprs: dict) -> dict[str, list[PathRule]]:
     the same way. Denying unlink (which rename needs on its source) of those folders
     closes that; creating, changing and deleting files inside them stays allowed.
     """
-    found: dict[str, list[PathRule]] = {}
+    found: dict[int, list[str]] = {}
     for i, rule in enumerate(plan.fs):
         if i not in exprs or rule.access == WRITE:
             continue
-        for a in _ancestors(rule.path)[1:]:
-            if decide(plan, a).allows("delete"):
-                found.setdefault(a, []).append(rule)
+        writable = [a for a in _ancestors(rule.path)[1:] if decide(plan, a).allows("delete")]
+        if writable:
+            found[i] = sorted(writable)
     return found
 
 
-def _rule_verdict(plan: Plan, rule: PathRule, protect: dict) -> Verdict:
+def _paths_below(sorted_paths: list[str], path: str) -> list[str]:
+    """The paths strictly beneath ``path`` (``is_within`` and not ``path``), in order.
+
+    A scan of every rule for every rule made lowering quadratic in the policy's size;
+    the paths starting with a prefix are one contiguous run of the sorted list instead.
+    """
+    prefix = "/" if path == "/" else path + "/"  # as is_within reads its parent
+    lo = bisect_left(sorted_paths, prefix)
+    # "0" follows "/": every path starting with prefix sorts before prefix[:-1] + "0",
+    # and no other path sorts between the two.
+    hi = bisect_left(sorted_paths, prefix[:-1] + "0", lo)
+    return [p for p in sorted_paths[lo:hi] if p != path]
+
+
+def _rule_verdict(plan: Plan, rule: PathRule, guarded: list[str], beneath: list[str]) -> Verdict:
+    """``guarded``: the writable folders above ``rule`` that cannot be renamed;
+    ``beneath``: the granted (read or write) paths under it, sorted."""
     notes = []
     status = ENFORCED
     if rule.access == TMPFS:
         status = NARROWED
         notes.append(_TMPFS_WHY)
-    guarded = sorted(a for a, rules in protect.items() if rule in rules)
     if guarded:
         status = NARROWED if status == ENFORCED else status
         notes.append("the writable folders above it (" + ", ".join(guarded) + ") cannot be renamed or "
                      "deleted, since a rename would move it away from the path Seatbelt checks")
-    beneath = sorted(r.path for r in plan.fs if r.access in (READ, WRITE) and r.path != rule.path
-                     and is_within(r.path, rule.path))
     if rule.access in (MASK, TMPFS) and beneath:
         status = PARTIAL
         notes.append("its metadata (not its listing) stays visible, since " + beneath[0]
