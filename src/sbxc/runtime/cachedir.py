@@ -53,7 +53,8 @@ import stat
 
 from .errors import Refusal, one_line
 
-_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_PATH is Linux-only; macOS opens the folder for reading instead (same no-follow checks).
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MARKER_SUFFIX = ".project"  # same as sbxc.cache.MARKER_SUFFIX (not imported: hot path)
 THROWAWAY_BASES = ("/var/tmp", "/tmp")

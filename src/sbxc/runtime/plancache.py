@@ -29,7 +29,8 @@ POLICY_NAME = "sandbox.policy.yaml"  # as sbxc.compiler.api.POLICY_NAME (not imp
 DEFAULT_POLICY = "builtin:default"
 MAX_PLAN_BYTES = 16 << 20
 
-_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_PATH is Linux-only; macOS opens the folder for reading instead (same no-follow checks).
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def plans_dir(uid: int | None = None) -> str:
