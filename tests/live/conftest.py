@@ -28,6 +28,10 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src")
 PYTHON = sys.executable
+# The interpreter that commands inside a sandbox run: Debian's, which every policy that
+# reads / can see. The venv running the tests may live under a folder a policy hides
+# (a checkout under /tmp, which builtin:default replaces with a private tmpfs).
+SANDBOX_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 TIMEOUT = 60
 
 

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.live
 
 UID = os.getuid()
 SBXC = [sys.executable, "-m", "sbxc"]
+from conftest import SANDBOX_PYTHON  # noqa: E402
 CACHE_VARS = {v for vs in cache.TOOLS.values() for v in vs}
 NOBODY = 65534
 HOST = probe.probe_host(os.environ, full=True)
@@ -145,7 +146,7 @@ def test_pip_cache_survives_between_commands(ws, backend):
     d = ws.cache_dir(proj)
 
     def install(n):
-        return run(proj, backend, sys.executable, "-m", "pip", "install", "--no-index", "--find-links", links,
+        return run(proj, backend, SANDBOX_PYTHON, "-m", "pip", "install", "--no-index", "--find-links", links,
                    "--disable-pip-version-check", "--target", os.path.join(proj, f"out{n}"), "tinypkg")
 
     first = install(1)

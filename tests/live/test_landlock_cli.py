@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from conftest import PYTHON, base_env, run, sbxc_argv
+from conftest import SANDBOX_PYTHON, base_env, run, sbxc_argv
 
 pytestmark = pytest.mark.live
 
@@ -84,7 +84,7 @@ def test_command_not_found_and_not_executable(ll):
 
 
 def test_network_flag_both_directions(ll, tcp_server):
-    client = [PYTHON, "-c", f"import socket; s=socket.create_connection(('127.0.0.1',{tcp_server.port}),timeout=5); print(s.recv(10))"]
+    client = [SANDBOX_PYTHON, "-c", f"import socket; s=socket.create_connection(('127.0.0.1',{tcp_server.port}),timeout=5); print(s.recv(10))"]
     on = "sbxc: 1\nextends: [builtin:default]\nnetwork: true\n"
     off = "sbxc: 1\nextends: [builtin:default]\nnetwork: false\n"
     assert "pong" in ll(on, *client).out
@@ -95,7 +95,7 @@ def test_network_flag_both_directions(ll, tcp_server):
 
 def test_dns_fails_and_hint_with_network_off(ll):
     off = "sbxc: 1\nextends: [builtin:default]\nnetwork: false\n"
-    r = ll(off, PYTHON, "-c", "import socket; socket.getaddrinfo('example.com', 443)")
+    r = ll(off, SANDBOX_PYTHON, "-c", "import socket; socket.getaddrinfo('example.com', 443)")
     assert r.rc != 0
     r = ll(off, "sh", "-c", "echo 'curl: (6) Could not resolve host: example.com' >&2; exit 6")
     assert r.rc == 6 and "the network is off" in r.err, r

@@ -144,5 +144,5 @@ def test_denied_syscall_under_landlock_runtime(tmp_path):
     cases.build_tree(root)
     plan = cases.make_plan(cases.shared_rules(root), project=f"{root}/proj")
     script = "import ctypes\nl=ctypes.CDLL(None,use_errno=True)\nprint(l.syscall(101,16,1,0,0), ctypes.get_errno())\n"
-    r = cases.run_plan(plan, "landlock", [sys.executable, "-c", script], cwd=f"{root}/proj", tmp=str(tmp_path))
+    r = cases.run_plan(plan, "landlock", ["/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable, "-c", script], cwd=f"{root}/proj", tmp=str(tmp_path))
     assert r.out.split() == ["-1", "1"], r
