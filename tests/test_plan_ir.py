@@ -74,3 +74,12 @@ def test_resolver_is_applied_before_deciding():
 def test_relative_query_is_refused():
     with pytest.raises(ValueError):
         normalize_query("etc/passwd")
+
+
+@pytest.mark.parametrize("path", ["/", "/a", "/a/b", "/a-b", "/z"])
+def test_below_range_matches_a_plain_scan(path):
+    from sbxc.compiler.plan import below_range
+
+    paths = sorted(["/", "/a", "/a!", "/a-b", "/a-b/c", "/a.b", "/a/b", "/a/b/c", "/a/bc", "/a0", "/b", "/z/y"])
+    lo, hi = below_range(paths, path)
+    assert paths[lo:hi] == [p for p in paths if is_within(p, path) and p != path]

@@ -17,12 +17,10 @@ may lose its listing.
 """
 from __future__ import annotations
 
-from bisect import bisect_left
-
 from ..compiler.decide import decide
 from ..compiler.plan import (
     KIND_DIR, KIND_MISSING, MASK, NET_OFF, NET_ON, NET_RULES, NONE, READ, TMPFS, WRITE,
-    BUILTIN_SPAN, Plan, PathRule, is_within,
+    BUILTIN_SPAN, Plan, PathRule, below_range, is_within,
 )
 from ..compiler.report import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, Verdict, verdict
 from ..runtime import landlock_sys as ll
@@ -109,12 +107,8 @@ class _RulesBelow:
         self._paths = [r.path for r in self._rules]
 
     def __call__(self, path: str) -> list[PathRule]:
-        prefix = "/" if path == "/" else path + "/"  # as is_within reads its parent
-        lo = bisect_left(self._paths, prefix)
-        # "0" follows "/": every path starting with prefix sorts before prefix[:-1] + "0",
-        # and no other path sorts between the two.
-        hi = bisect_left(self._paths, prefix[:-1] + "0", lo)
-        return [r for r in self._rules[lo:hi] if r.path != path]
+        lo, hi = below_range(self._paths, path)
+        return self._rules[lo:hi]
 
 
 def listing_dirs(plan: Plan) -> tuple[str, ...]:

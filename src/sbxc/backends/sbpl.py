@@ -25,13 +25,12 @@ that grants less; otherwise it is ``not enforceable`` and the plan refuses to ru
 """
 from __future__ import annotations
 
-from bisect import bisect_left
 from typing import Iterable, Optional
 
 from ..compiler.decide import OPS, Decision, decide
 from ..compiler.plan import (
     KIND_MISSING, MASK, NET_OFF, NET_ON, NONE, READ, TMPFS, WRITE,
-    BUILTIN_SPAN, Plan, PathRule, fs_sort_key,
+    BUILTIN_SPAN, Plan, PathRule, below_range, fs_sort_key,
 )
 from ..compiler.report import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, Verdict, verdict
 from . import Lowered
@@ -428,12 +427,8 @@ def _paths_below(sorted_paths: list[str], path: str) -> list[str]:
     A scan of every rule for every rule made lowering quadratic in the policy's size;
     the paths starting with a prefix are one contiguous run of the sorted list instead.
     """
-    prefix = "/" if path == "/" else path + "/"  # as is_within reads its parent
-    lo = bisect_left(sorted_paths, prefix)
-    # "0" follows "/": every path starting with prefix sorts before prefix[:-1] + "0",
-    # and no other path sorts between the two.
-    hi = bisect_left(sorted_paths, prefix[:-1] + "0", lo)
-    return [p for p in sorted_paths[lo:hi] if p != path]
+    lo, hi = below_range(sorted_paths, path)
+    return sorted_paths[lo:hi]
 
 
 def _rule_verdict(plan: Plan, rule: PathRule, guarded: list[str], beneath: list[str]) -> Verdict:
