@@ -43,8 +43,18 @@ def _read(case, name, default=""):
 
 
 def _hide_bpf(obj):
+    """Seccomp bytes as <bpf>; Landlock's listing fingerprints as <listing> (folders above
+    the case's tree list its randomly named temporary folder; the folder names stay)."""
     if isinstance(obj, dict):
-        return {k: ("<bpf>" if k == "seccomp" and isinstance(v, str) and v else _hide_bpf(v)) for k, v in obj.items()}
+        out = {}
+        for k, v in obj.items():
+            if k == "seccomp" and isinstance(v, str) and v:
+                out[k] = "<bpf>"
+            elif k == "listed" and isinstance(v, list):
+                out[k] = [[d, "<listing>"] for d, _digest in v]
+            else:
+                out[k] = _hide_bpf(v)
+        return out
     if isinstance(obj, list):
         return [_hide_bpf(x) for x in obj]
     return obj

@@ -44,10 +44,13 @@ def runtime_section(plan: Plan) -> dict:
         },
         "network": plan.network.mode,
         # Re-checked at run time: a path that became a symlink (or changed kind) since
-        # compile time makes the run refuse (125). Not the cache's rules: runtime/cachedir
-        # checks those folders itself and falls back to a throwaway cache (SPEC §6).
-        "checks": [[r.path, r.kind, r.access] for r in plan.fs
-                   if r.kind != "missing" and r.origin != "cache"],
+        # compile time makes the run refuse (125); so does a masked path that was missing
+        # then and exists now (the plan has nothing to hide it with). Not the cache's rules:
+        # runtime/cachedir checks those folders itself and falls back to a throwaway cache.
+        "checks": [[r.path, r.kind, r.access] for r in plan.fs if r.origin != "cache"],
+        # Optional rules skipped because their path was missing: when one appears, a cached
+        # plan is stale (compiled again), though running it would only grant less.
+        "skipped": sorted({s.path for s in plan.skipped if s.path.startswith("/")}),
     }
 
 

@@ -18,6 +18,7 @@ may lose its listing.
 from __future__ import annotations
 
 from ..compiler.decide import decide
+from ..runtime.probe import listing_digest
 from ..compiler.plan import (
     KIND_DIR, KIND_MISSING, MASK, NET_OFF, NET_ON, NET_RULES, NONE, READ, TMPFS, WRITE,
     BUILTIN_SPAN, Plan, PathRule, below_range, is_within,
@@ -147,6 +148,7 @@ class _Lowering:
         self.grants: dict[str, list] = {}  # path -> [rights, kind]
         self.verdicts: list[Verdict] = []
         self.unlisted: set[str] = set()
+        self.used: dict[str, tuple] = {}  # the listings the grants were built from
 
     def grant(self, path: str, rights: int, kind: str) -> None:
         if _is_file_kind(kind):
@@ -166,6 +168,7 @@ class _Lowering:
             self.unlisted.add(node)
             costs.append(f"{node}: its entries were not listed at compile time, so none of them get these rights")
             return
+        self.used[node] = entries
         for name, kind in entries:
             child = node.rstrip("/") + "/" + name
             if child in self.rule_paths:
@@ -357,6 +360,9 @@ def lower(plan: Plan, host) -> Lowered:
         "network": net.mode,
         "tmpfs": [r.path for r in plan.fs if r.access == TMPFS],
         "absent": sorted(_dropped_missing_masks(plan)),
+        # Fingerprints of the listings the grants were built from: a cached plan whose
+        # folders gained or lost entries since is compiled again (runtime/plancache).
+        "listed": [[d, listing_digest(e)] for d, e in sorted(L.used.items())],
         "seccomp": bpf.hex(),
     }
     return Lowered(BACKEND, data, tuple(L.verdicts))

@@ -230,7 +230,13 @@ def recheck_paths(checks) -> None:
     one that changed kind or vanished would make the backend create mount points on the
     host. Either way: refuse. (bwrap re-resolves when it mounts; the window between this
     check and that mount is the caller's own processes racing sbxc, see docs/runtime.md.)"""
-    for path, kind, _access in checks:
+    for path, kind, access in checks:
+        if kind == "missing":
+            if os.path.lexists(path):
+                what = "masked by the policy" if access == "mask" else f"under a {access} rule"
+                raise Refusal(f"{path} is {what} and appeared after the plan was compiled",
+                              "compile the plan again (sbxc compile), then run")
+            continue
         try:
             st = os.lstat(path)
         except FileNotFoundError:

@@ -245,7 +245,7 @@ def _file_sha(path: str) -> str:
 
 
 def _entry_valid(entry: dict, environ) -> bool:
-    from .launch import host_mismatch
+    from .launch import host_mismatch, recheck_paths
 
     pf = entry.get("plan")
     if not isinstance(pf, dict):
@@ -259,11 +259,28 @@ def _entry_valid(entry: dict, environ) -> bool:
     host = pf.get("host") or {}
     if host_mismatch(host, environ):
         return False
+    # The filesystem the plan was resolved against must still be there as it was: a path
+    # that changed (a masked one that appeared, an optional one that appeared, a kind or a
+    # link that changed) makes a cached plan stale, so it is compiled again here rather than
+    # refused later by the same check in exec_main (which stays, for --plan files).
+    rt = pf.get("runtime") or {}
+    try:
+        recheck_paths(rt.get("checks", ()))
+    except Refusal:
+        return False
+    for path in rt.get("skipped", ()):
+        if os.path.lexists(path):
+            return False
     if pf.get("backend") == "landlock":
-        from .probe import landlock_abi
+        from .probe import dir_listings, landlock_abi, listing_digest
 
         if host.get("landlock_abi") != landlock_abi():
             return False
+        # Landlock grants the entries of folders above a stricter rule one by one, as they
+        # were listed at compile time; an entry made since would get no rights.
+        for d, digest in (pf.get("lowered") or {}).get("listed", ()):
+            if listing_digest(dir_listings([d])[0][1]) != digest:
+                return False
     return True
 
 

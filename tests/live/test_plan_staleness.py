@@ -1,0 +1,57 @@
+"""A cached or compiled plan must not outlive the filesystem it was resolved against.
+
+A `mask` of a path that did not exist at compile time has nothing to hide then; when the
+path appears later (a user runs `aws configure`), a stale plan would show it. A cached plan
+is compiled again; an explicit `--plan` file refuses (125).
+"""
+import os
+import shutil
+
+import pytest
+
+from conftest import base_env, run, sbxc_argv
+
+pytestmark = pytest.mark.live
+
+POLICY = "sbxc: 1\nextends: [builtin:default]\nfilesystem:\n  - mask ~/.late\n"
+BACKENDS = ["bwrap", "landlock"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_masked_path_created_after_caching_stays_hidden(sbxc, backend):
+    late = os.path.join(sbxc.home, ".late")
+    cat = ("sh", "-c", "cat ~/.late/token")
+    first = sbxc(POLICY, *cat, args=("--backend", backend))
+    assert first.rc != 0 and "No such file" in first.err  # cached now, with ~/.late missing
+    os.mkdir(late)
+    with open(os.path.join(late, "token"), "w") as f:
+        f.write("LATE-SECRET\n")
+    try:
+        second = sbxc(POLICY, *cat, args=("--backend", backend))
+        assert "LATE-SECRET" not in second.out
+        assert second.rc != 0
+        # control: the same file outside the mask is readable
+        shutil.copy(os.path.join(late, "token"), os.path.join(sbxc.home, "visible-token"))
+        third = sbxc(POLICY, "cat", os.path.join(sbxc.home, "visible-token"), args=("--backend", backend))
+        assert third.rc == 0 and "LATE-SECRET" in third.out
+    finally:
+        shutil.rmtree(late)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_plan_file_refuses_when_a_masked_path_appeared(bwrap_works, project, home, tmp_path, backend):
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write(POLICY)
+    plan = str(tmp_path / "plan.json")
+    env = base_env(home)
+    r = run(sbxc_argv("compile", "--backend", backend, "-o", plan), env=env, cwd=project)
+    assert r.rc == 0, r
+    marker = os.path.join(project, "ran")
+    ok = run(sbxc_argv("exec", "--plan", plan, "--", "touch", marker), env=env, cwd=project)
+    assert ok.rc == 0 and os.path.exists(marker), ok  # control: the plan runs as compiled
+    os.unlink(marker)
+    os.mkdir(os.path.join(home, ".late"))
+    r = run(sbxc_argv("exec", "--plan", plan, "--", "touch", marker), env=env, cwd=project)
+    assert r.rc == 125, r
+    assert ".late" in r.err and "appeared after the plan was compiled" in r.err
+    assert not os.path.exists(marker)
