@@ -635,7 +635,10 @@ def exec_main(argv) -> int:
         pf = _load_plan(a, environ, cwd, warn)
         for w in warnings:
             sys.stderr.write(one_line(w) + "\n")
-        return launch(pf, a.cmd, environ, cwd)
+        # Policy files usually lie in the project, which the command may write: watch
+        # them, so that a command that rewrote its own policy (to loosen the next run) is
+        # named after it ends. A --plan file is a fixed artefact: nothing to watch.
+        return launch(pf, a.cmd, environ, cwd, watch=pf.get("sources") if a.plan is None else ())
     except Refusal as r:
         sys.stderr.write(r.line() + "\n")
         return REFUSED
@@ -648,8 +651,20 @@ def exec_main(argv) -> int:
         return REFUSED
 
 
-def launch(pf: dict, cmd: list, environ, cwd: str) -> int:
-    """Run ``cmd`` under the loaded plan file ``pf``; 125 on any refusal."""
+def warn_changed_policies(watch) -> None:
+    """One warning line per policy file whose contents differ from ``watch`` ((path, sha256)
+    pairs as the plan recorded them, builtins skipped)."""
+    from .plancache import _file_sha
+
+    for path, digest in watch or ():
+        if isinstance(path, str) and path.startswith("/") and _file_sha(path) != digest:
+            sys.stderr.write(f"sbxc: warning: the policy file {one_line(path, 300)} changed while the command ran; "
+                             "review the change before the next run (a sandboxed command may have loosened it)\n")
+
+
+def launch(pf: dict, cmd: list, environ, cwd: str, watch=()) -> int:
+    """Run ``cmd`` under the loaded plan file ``pf``; 125 on any refusal. ``watch``: policy
+    files to check for changes once the command has ended."""
     try:
         if not isinstance(pf, dict) or pf.get("format") != "sbxc-plan/1":
             raise Refusal("the plan file has an unknown format", "recompile it with this sbxc (sbxc compile -o PLAN)")
@@ -687,7 +702,9 @@ def launch(pf: dict, cmd: list, environ, cwd: str) -> int:
             # The hint is for a network that is off: `network: false`, or per-port rules
             # on bwrap (narrowed to no network). Under Landlock the listed ports stay open.
             net_off = ctx.network == "off" or (ctx.network == "rules" and backend == "bwrap")
-            return run(spec, net_off)
+            status = run(spec, net_off)
+            warn_changed_policies(watch)
+            return status
         finally:
             cache.cleanup()
     except Refusal as r:
