@@ -15,6 +15,8 @@ commands:
   doctor                        what this host can enforce; cache sizes
   cache path|clear              the per-project dependency cache
   schema                        JSON Schema of the policy file
+
+Per-session workspaces (`sbxc session`, `exec --session`) are not part of this version.
 """
 
 # command name -> (module, function); each function takes the remaining argv, returns the exit code
@@ -43,7 +45,17 @@ def main(argv=None) -> int:
         sys.stderr.write(f"sbxc: unknown command {argv[0]!r}\n{USAGE}")
         return 2
     module = __import__(entry[0], fromlist=[entry[1]])
-    return getattr(module, entry[1])(argv[1:])
+    try:
+        return getattr(module, entry[1])(argv[1:])
+    except BrokenPipeError:
+        # The reader went away (`sbxc compile --check | head -1`): nothing is wrong with
+        # the policy, and no traceback. Point stdout at /dev/null so the interpreter's
+        # final flush cannot fail again, and exit as a process killed by SIGPIPE would.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13
 
 
 if __name__ == "__main__":
