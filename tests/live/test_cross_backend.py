@@ -38,11 +38,6 @@ def _bwrap_ok() -> str:
 def _available(backend: str) -> str:
     if backend == "landlock":
         return _landlock_ok()
-    try:
-        __import__("sbxc.backends.bwrap")
-        __import__("sbxc.runtime.bwrap_run")
-    except ImportError as e:
-        return f"bwrap backend not built yet ({e})"
     return _bwrap_ok()
 
 
