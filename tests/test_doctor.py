@@ -264,3 +264,31 @@ def test_cache_path_notes_an_unsafe_folder(base):
     assert r.stdout.strip() == cache.project_dir(str(root), str(base / "p"))
     assert "mode 0755" in r.stderr and "throwaway" in r.stderr
     assert sbxc("cache", "--help").returncode == 0
+
+
+def test_relative_root_is_a_usage_error(tmp_path):
+    import subprocess
+    import sys
+
+    for cmd in (["doctor", "--root", "relative/root"], ["cache", "path", "--root", "relative/root"]):
+        r = subprocess.run([sys.executable, "-m", "sbxc", *cmd], capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 2, (cmd, r.stdout, r.stderr)
+        assert "absolute path" in r.stderr
+    assert not (tmp_path / "relative").exists()
+
+
+def test_wide_mode_fix_does_not_tell_to_chmod_a_foreign_folder(tmp_path):
+    import os
+
+    from sbxc.runtime import cachedir
+
+    root = tmp_path / "shared"
+    root.mkdir()
+    os.chmod(root, 0o755)
+    try:
+        cachedir.open_root(str(root), os.getuid(), create=False)
+    except cachedir.Unsafe as e:
+        text = e.fix
+        assert "if it is a folder of sbxc's own" in text and "set cache.root" in text
+    else:
+        raise AssertionError("a 0755 root passed the checks")

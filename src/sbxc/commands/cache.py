@@ -88,6 +88,9 @@ def main(argv) -> int:
         args = p.parse_args(rest)
     except SystemExit as e:
         return 2 if e.code else 0
+    if args.root is not None and not args.root.startswith("/"):
+        sys.stderr.write(f"sbxc cache: --root must be an absolute path, not {args.root!r}\n")
+        return 2
     uid = os.getuid()
     project, root, pdir, enabled = locate(args.project, args.root, uid)
     if verb == "path":

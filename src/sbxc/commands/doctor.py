@@ -169,6 +169,9 @@ def main(argv) -> int:
         args = p.parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
+    if args.root is not None and not args.root.startswith("/"):
+        sys.stderr.write(f"sbxc doctor: --root must be an absolute path, not {args.root!r}\n")
+        return 2
     from ..backends import choose_backend
 
     from dataclasses import replace

@@ -166,7 +166,8 @@ def _check_own(fd: int, shown: str, uid: int, fix_chmod: str, check_mode: bool =
     mode = stat.S_IMODE(st.st_mode)
     if check_mode and mode & 0o077:
         raise Unsafe(f"{shown} has mode {mode:04o}, wider than 0700",
-                     f"check its contents, then run: chmod 700 {fix_chmod}")
+                     f"if it is a folder of sbxc's own, check its contents, then run: chmod 700 {fix_chmod}; "
+                     "otherwise set cache.root to a new folder (sbxc makes it 0700)")
 
 
 def open_parents(path: str, uid: int, trusted=(0,)) -> int:
