@@ -25,6 +25,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import remove_project_cache  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "src"))
@@ -142,6 +145,8 @@ def main() -> int:
             print(f"{name:30} {med:10.1f} {p90:8.1f} {med - base:11.1f} {med / base:6.2f} "
                   f"{statistics.median(cpu[name]):7.1f} {rss[name] / 1024:13.1f}")
     finally:
+        # The project's cache folder lives under the cache root, not in work/.
+        remove_project_cache(project)
         shutil.rmtree(work, ignore_errors=True)
     return 0
 

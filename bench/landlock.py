@@ -16,6 +16,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import remove_project_cache  # noqa: E402
 import time
 
 POLICY = """sbxc: 1
@@ -64,6 +67,8 @@ def main(argv) -> int:
                 subprocess.run(cmd, cwd=proj, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 times[name].append((time.perf_counter() - t) * 1000)
     finally:
+        # The project's cache folder lives under the cache root, not in work/.
+        remove_project_cache(proj)
         shutil.rmtree(work, ignore_errors=True)
     print(f"{'variant':40} {'median ms':>10} {'p90 ms':>8}   ({runs} runs, uid {os.getuid()})")
     for name, ts in times.items():
