@@ -135,3 +135,45 @@ def test_project_id_property(a, b):
 
         assert is_project_id(pid)
     assert (ia == ib) == (a == b)
+
+
+# --- the default root stays masked whatever cache.root says -----------------------------------
+
+def _compile_with(tmp_path, cache_yaml, extra=None):
+    from compiler_fakes import FakePaths, fake_environ, fake_host, make_tree
+    from sbxc.compiler.api import compile_policy
+
+    root = str(tmp_path)
+    make_tree(root)
+    proj = os.path.join(root, "proj")
+    with open(os.path.join(proj, "sandbox.policy.yaml"), "w") as f:
+        f.write("sbxc: 1\nfilesystem:\n  - read /\n  - write {project}\n" + cache_yaml)
+    home = os.path.join(root, "home/user")
+    return compile_policy(None, cwd=proj, environ=fake_environ(home), host=fake_host(home=home), overrides={},
+                          paths=FakePaths(root, extra))
+
+
+@pytest.mark.parametrize("cache_yaml", ["cache:\n  root: /opt/cache-{uid}\n", "cache:\n  tools: []\n", ""])
+def test_default_root_is_masked_with_any_cache_setting(tmp_path, cache_yaml):
+    from sbxc.compiler.decide import decide
+
+    r = _compile_with(tmp_path, cache_yaml)
+    assert r.ok, r.diagnostics
+    rules = [x for x in r.plan.fs if x.path == "/var/tmp/sbxc-1000"]
+    assert len(rules) == 1 and rules[0].access == "mask" and rules[0].origin == "cache"
+    assert decide(r.plan, "/var/tmp/sbxc-1000/plans/p-x").access == "mask"
+    assert decide(r.plan, "/var/tmp/sbxc-1000/other-0123456789abcdef/pip").access == "mask"
+    if "root:" in cache_yaml:
+        assert "plan cache" in rules[0].written  # the report says why it is there
+        assert decide(r.plan, "/opt/cache-1000").access == "mask"
+        assert decide(r.plan, r.plan.cache.dir).access == "write"
+
+
+def test_default_root_that_is_a_symlink_is_skipped_not_mounted(tmp_path):
+    # Another user's link: nothing of the caller's is kept behind it, and a bwrap mount on
+    # it would land wherever it points.
+    r = _compile_with(tmp_path, "cache:\n  root: /opt/cache-{uid}\n",
+                      {"/var/tmp/sbxc-1000": ("symlink:/etc", 4242, 0o777)})
+    assert r.ok, r.diagnostics
+    assert not [x for x in r.plan.fs if x.path == "/var/tmp/sbxc-1000"]
+    assert [s for s in r.plan.skipped if s.path == "/var/tmp/sbxc-1000" and "symlink" in s.reason]

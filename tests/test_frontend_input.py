@@ -164,8 +164,14 @@ def test_builtin_default_is_exactly_the_contract(tmp_path):
     make_tree(root)
     proj = os.path.join(root, "proj")
     home = os.path.join(root, "home/user")
-    env = fake_environ(home, SSH_AUTH_SOCK=f"{root}/agent.sock", GITHUB_TOKEN="secret", AWS_SECRET_ACCESS_KEY="x")
+    run = os.path.join(root, "run/user/1000")
+    env = fake_environ(home, SSH_AUTH_SOCK=f"{root}/agent.sock", GITHUB_TOKEN="secret", AWS_SECRET_ACCESS_KEY="x",
+                       XDG_RUNTIME_DIR=run)
     open(f"{root}/agent.sock", "w").close()
+    for d in ("systemd/private", "gnupg", "keyring", "podman"):
+        os.makedirs(os.path.join(run, d))
+    for f in ("bus", "docker.sock"):
+        open(os.path.join(run, f), "w").close()
     r = compile_policy(None, cwd=proj, environ=env, host=fake_host(home=home), overrides={}, paths=FakePaths(root))
     assert r.policy == "builtin:default" and "no sandbox.policy.yaml" in r.policy_reason
     p = r.plan
@@ -178,6 +184,10 @@ def test_builtin_default_is_exactly_the_contract(tmp_path):
         assert decide(p, f"{home}/{cred}").access == "mask", cred
     for sock in ("/run/docker.sock", "/var/run/docker.sock", f"{root}/agent.sock"):
         assert decide(p, sock, FakePaths(root).realpath).access == "mask", sock
+    # The session bus and systemd's user manager start programs outside the sandbox.
+    for sock in ("bus", "systemd", "systemd/private", "docker.sock", "podman", "gnupg", "keyring"):
+        assert decide(p, f"{run}/{sock}").access == "mask", sock
+    assert decide(p, f"{run}/other").access != "mask"
     assert p.network.mode == "on"
     assert p.cache.enabled and decide(p, p.cache.dir + "/pip").access == "write"
     import fnmatch

@@ -68,3 +68,20 @@ def test_optimised_filter_has_shorter_worst_path():
     f_opt = seccomp.export(seccomp.build_filter(_plan(), "x86_64", purpose="bwrap", network=Network(NET_ON)))
     f_def = seccomp.export(seccomp.build_filter(_plan(), "x86_64", purpose="bwrap", network=Network(NET_ON), optimize=False))
     assert worst_path(f_opt) < worst_path(f_def)
+
+
+def test_setid_filters_cover_every_mode_setting_call():
+    for call in ("chmod", "fchmod", "fchmodat", "fchmodat2", "open", "openat", "creat", "mknod", "mknodat"):
+        assert any(k.split()[0] == call for k in seccomp.BUILTIN_ARG_FILTERS), call
+    assert seccomp._ERRNO_OVERRIDE["openat2"] == __import__("errno").ENOSYS
+    # the mode is the third argument of the *at calls, the second of the others
+    assert seccomp._CHMOD_MODE_ARG == {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2}
+    assert seccomp._CREATE_MODE_ARG["openat"] == (2, 3) and seccomp._CREATE_MODE_ARG["mknodat"] == (None, 2)
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_setid_filters_compile_with_the_calls_denied_outright(arch):
+    # A policy denying chmod or open entirely replaces the argument filter, it does not clash.
+    b = seccomp.compile_filter(_plan(["chmod", "fchmodat", "openat2", "open"]), arch, purpose="bwrap",
+                               network=Network(NET_ON))
+    assert len(b) % 8 == 0

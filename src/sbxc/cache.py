@@ -130,6 +130,12 @@ def root_problem(root: str, home: str) -> str:
     return ""
 
 
+def default_root_label(path: str) -> str:
+    """How reports show the implied mask of the default root when the policy chose another:
+    it is there for the plan cache and the other projects' caches."""
+    return f"{path} (default cache root: plan cache, other projects' caches)"
+
+
 def cache_rules(root: str, cache_dir: str) -> tuple[tuple[str, str], ...]:
     """The filesystem rules the cache implies, as (path, access), parents first.
 
@@ -137,5 +143,10 @@ def cache_rules(root: str, cache_dir: str) -> tuple[tuple[str, str], ...]:
     markers; ``write {cache_dir}`` is this project's folder. Both paths are unresolved and
     may not exist at compile time (kind ``missing``): the runtime creates and checks them,
     and must not have them re-checked as ordinary rules (a fallback is not a refusal).
+
+    ``normalize`` adds one more, always: ``mask`` of the default root
+    (``default_root(uid)``), which holds the plan cache (``plans/``) and the caches of
+    projects that keep the default, when ``root`` is another folder or the cache is off.
+    The runtime makes that folder on every ``exec`` (the plan cache lives there).
     """
     return ((os.path.normpath(root), "mask"), (cache_dir, "write"))

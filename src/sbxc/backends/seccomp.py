@@ -89,6 +89,19 @@ BUILTIN_ARG_FILTERS: dict[str, str] = {
     "personality ADDR_NO_RANDOMIZE": "turns off address randomisation for programs the command starts",
     "personality READ_IMPLIES_EXEC": "makes readable memory executable in programs the command starts",
     "personality MMAP_PAGE_ZERO": "maps page zero, turning kernel NULL dereferences into exploits",
+    # No Landlock ABI covers metadata, and bwrap's writable binds show the host's files: a
+    # setuid/setgid bit set inside is a setuid program on the host (setuid root when the
+    # caller is root). Other mode bits keep working (pip, make install: chmod +x).
+    "chmod S_ISUID/S_ISGID": "a setuid or setgid bit set inside is a privileged program on the host",
+    "fchmod S_ISUID/S_ISGID": "a setuid or setgid bit set inside is a privileged program on the host",
+    "fchmodat S_ISUID/S_ISGID": "a setuid or setgid bit set inside is a privileged program on the host",
+    "fchmodat2 S_ISUID/S_ISGID": "a setuid or setgid bit set inside is a privileged program on the host",
+    "open O_CREAT|O_TMPFILE S_ISUID/S_ISGID": "creating a file with a setuid or setgid bit bypasses chmod's filter",
+    "openat O_CREAT|O_TMPFILE S_ISUID/S_ISGID": "creating a file with a setuid or setgid bit bypasses chmod's filter",
+    "creat S_ISUID/S_ISGID": "creating a file with a setuid or setgid bit bypasses chmod's filter",
+    "mknod S_ISUID/S_ISGID": "mknod makes regular files too, with any mode bits",
+    "mknodat S_ISUID/S_ISGID": "mknod makes regular files too, with any mode bits",
+    "openat2": "its mode lives in memory a filter cannot read; ENOSYS (as before Linux 5.6) makes callers use openat, which is filtered",
 }
 
 # Denied with another errno than EPERM, and why.
@@ -96,6 +109,8 @@ _ERRNO_OVERRIDE = {
     # glibc (2.34+) tries clone3 first and falls back to clone only on ENOSYS; EPERM
     # would make every thread creation fail.
     "clone3": errno.ENOSYS,
+    # Callers of openat2 (systemd, container tools) fall back to openat on ENOSYS only.
+    "openat2": errno.ENOSYS,
 }
 
 # Kernel constants (include/uapi/linux/sched.h, asm-generic/ioctls.h, personality.h,
@@ -106,6 +121,14 @@ TIOCLINUX = 0x541C
 ADDR_NO_RANDOMIZE = 0x0040000
 READ_IMPLIES_EXEC = 0x0400000
 MMAP_PAGE_ZERO = 0x0100000
+S_ISUID = 0o4000
+S_ISGID = 0o2000
+O_CREAT = 0o100
+O_TMPFILE_BIT = 0o20000000  # __O_TMPFILE; O_TMPFILE also sets O_DIRECTORY
+# Where the mode is, per call: (index of the flags argument or None, index of the mode).
+# The kernel reads mode_t as an unsigned int; testing one bit ignores the high half.
+_CHMOD_MODE_ARG = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2}
+_CREATE_MODE_ARG = {"open": (1, 2), "openat": (2, 3), "creat": (None, 1), "mknod": (None, 1), "mknodat": (None, 2)}
 AF_UNIX = 1
 AF_INET = 2
 AF_INET6 = 10
@@ -268,9 +291,43 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
         for bit in (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, MMAP_PAGE_ZERO):
             f.add_rule(eperm, "personality", s.Arg(0, s.MASKED_EQ, 0x80000000 | bit, bit))
 
+    _setid_rules(s, f, eperm, native, denied)
+
     if purpose == "landlock":
         _socket_rules(s, f, eperm, syscalls, network)
     return f
+
+
+def _exists(s, native: int, name: str) -> bool:
+    """Whether libseccomp knows ``name`` as a real call on this arch (fchmodat2 is recent;
+    aarch64 has no chmod, open, creat or mknod, only the *at calls)."""
+    try:
+        return s.resolve_syscall(native, name) >= 0
+    except (ValueError, RuntimeError, OSError):
+        return False
+
+
+def _setid_rules(s, f, eperm, native: int, denied: set) -> None:
+    """No setuid or setgid bit on any file (see BUILTIN_ARG_FILTERS): refused where a mode
+    is set (the chmod family) and where a file is created with one (open with O_CREAT or
+    O_TMPFILE, creat, mknod). openat2 carries its mode in memory, so it answers ENOSYS."""
+    for name, argno in sorted(_CHMOD_MODE_ARG.items()):
+        if name in denied or not _exists(s, native, name):
+            continue
+        for bit in (S_ISUID, S_ISGID):
+            f.add_rule(eperm, name, s.Arg(argno, s.MASKED_EQ, bit, bit))
+    for name, (flags_arg, mode_arg) in sorted(_CREATE_MODE_ARG.items()):
+        if name in denied or not _exists(s, native, name):
+            continue
+        for bit in (S_ISUID, S_ISGID):
+            if flags_arg is None:
+                f.add_rule(eperm, name, s.Arg(mode_arg, s.MASKED_EQ, bit, bit))
+                continue
+            # The mode counts only with O_CREAT or O_TMPFILE; without them it may be garbage.
+            for flag in (O_CREAT, O_TMPFILE_BIT):
+                f.add_rule(eperm, name, s.Arg(flags_arg, s.MASKED_EQ, flag, flag), s.Arg(mode_arg, s.MASKED_EQ, bit, bit))
+    if "openat2" not in denied and _exists(s, native, "openat2"):
+        f.add_rule(s.ERRNO(errno.ENOSYS), "openat2")
 
 
 def export(f) -> bytes:

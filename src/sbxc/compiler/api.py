@@ -6,7 +6,7 @@ This is the one entry point of the compiler; ``sbxc compile``, ``print-config`` 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
 
 from ..hostfacts import HostFacts
@@ -20,7 +20,7 @@ DEFAULT_POLICY = "builtin:default"
 COMMAND_LINE = Span("<command line>", 0, 0)
 # A file that could not be loaded, or whose format or extends chain is broken.
 _FATAL = frozenset({"SBX001", "SBX002", "SBX003", "SBX004", "SBX005", "SBX006", "SBX008", "SBX009",
-                    "SBX016", "SBX017", "SBX021", "SBX022", "SBX024"})
+                    "SBX016", "SBX017", "SBX021", "SBX022", "SBX024", "SBX025"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +187,12 @@ def _compile(policy_path, *, cwd, environ, host, overrides, paths) -> CompileRes
     root_dir = cwd if root.startswith("builtin:") else os.path.dirname(root)
 
     m = load_chain(root, diags)
+    if policy_path is None:
+        # Discovery walks up to /, through folders such as /tmp where anyone can leave a
+        # sandbox.policy.yaml; say where the refused file came from.
+        diags[:] = [replace(d, hint=f"it was found by looking for {POLICY_NAME} in {cwd} and its parents; {d.hint}")
+                    if d.code == "SBX025" and d.span is not None and d.span.file == root and not d.span.line
+                    else d for d in diags]
     _apply_overrides(m, overrides, diags)
     ctx = Context(environ=environ, uid=host.uid, home_fallback=host.home, cwd=cwd, paths=paths)
     plan = None

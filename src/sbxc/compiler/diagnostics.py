@@ -47,6 +47,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX022": (ERROR, "extends cycle: {chain}"),
     "SBX023": (ERROR, "\"{key}\" is locked and this {change}"),
     "SBX024": (ERROR, "extends chain is deeper than {limit} files"),
+    "SBX025": (ERROR, "policy file {path} is not safe to use: {why}"),
     # variables and paths
     "SBX030": (ERROR, "unknown variable \"{{{name}}}\"{suggest}"),
     "SBX031": (ERROR, "environment variable ${name} is not set"),

@@ -529,19 +529,162 @@ def read_file(path: str, diags: list[Diagnostic], span: Optional[Span] = None) -
         if not stat.S_ISREG(st.st_mode):
             diags.append(diag("SBX001", span or point(path, 0, 0), what=path, why="not a regular file"))
             return None
-        chunks, total = [], 0
+        return _read_fd(fd, path, diags, span or point(path, 0, 0))
+    except OSError as e:
+        diags.append(diag("SBX001", span or point(path, 0, 0), what=path, why=e.strerror or str(e)))
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd: int, path: str, diags: list[Diagnostic], at: Span) -> Optional[bytes]:
+    import os
+
+    chunks, total = [], 0
+    try:
         while total <= MAX_BYTES:
             b = os.read(fd, min(1 << 16, MAX_BYTES + 1 - total))
             if not b:
                 break
             chunks.append(b)
             total += len(b)
-        return b"".join(chunks)
     except OSError as e:
-        diags.append(diag("SBX001", span or point(path, 0, 0), what=path, why=e.strerror or str(e)))
+        diags.append(diag("SBX001", at, what=path, why=e.strerror or str(e)))
         return None
+    return b"".join(chunks)
+
+
+# ---------------------------------------------------------------- whose file is it
+
+def _owner_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (KeyError, ImportError):
+        return f"uid {uid}"
+
+
+def _entry_problem(what: str, st, folder: str, dst, uid: int) -> str:
+    """Why an entry (the policy file, or a symlink met on the way to it) with stat ``st``
+    in ``folder`` with stat ``dst`` could have been written by someone other than the
+    caller or root; "" when it could not.
+
+    Only the caller and root may own the entry and its folder. Nobody else may write the
+    entry, nor the folder (they could rename the entry away and put their own in its
+    place), except in a sticky folder such as /tmp, where only an entry's owner can
+    rename or delete it: there the entry must be the caller's, since the folder lets
+    anyone create names the caller might look for.
+    """
+    import stat
+
+    trusted = (uid, 0)
+    if st.st_uid not in trusted:
+        return f"{what} is owned by {_owner_name(st.st_uid)}"
+    if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:
+        return f"{what} is writable by {'others' if st.st_mode & 0o002 else 'its group'} (mode {stat.S_IMODE(st.st_mode):04o})"
+    if dst.st_uid not in trusted:
+        return f"its folder {folder} is owned by {_owner_name(dst.st_uid)}"
+    if dst.st_mode & 0o022:
+        who = "others" if dst.st_mode & 0o002 else "its group"
+        if not dst.st_mode & stat.S_ISVTX:
+            return f"its folder {folder} is writable by {who} and not sticky (mode {stat.S_IMODE(dst.st_mode):04o})"
+        if st.st_uid != uid:
+            return (f"its folder {folder} is writable by {who} (sticky) and {what} is not yours "
+                    f"but {_owner_name(st.st_uid)}'s")
+    return ""
+
+
+def _links_problem(path: str, uid: int) -> str:
+    """Check every symlink met while resolving ``path`` like the file itself: a link
+    someone else controls chooses which file the caller's run compiles."""
+    import os
+    import posixpath
+    import stat
+
+    parts = [p for p in path.split("/") if p and p != "."]
+    resolved = "/"
+    for _ in range(256):
+        if not parts:
+            return ""
+        part = parts.pop(0)
+        if part == "..":
+            resolved = posixpath.dirname(resolved) or "/"
+            continue
+        cand = posixpath.join(resolved, part)
+        try:
+            st = os.lstat(cand)
+        except OSError:
+            return ""  # missing: opening it reports that
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                dst = os.stat(resolved)
+                target = os.readlink(cand)
+            except OSError:
+                return ""
+            why = _entry_problem(f"the symlink {cand}", st, resolved, dst, uid)
+            if why:
+                return why
+            if target.startswith("/"):
+                resolved = "/"
+            parts = [p for p in target.split("/") if p and p != "."] + parts
+            continue
+        resolved = cand
+    return ""  # a link loop: opening it reports ELOOP
+
+
+def read_policy_file(path: str, diags: list[Diagnostic], span: Optional[Span] = None,
+                     uid: Optional[int] = None) -> Optional[bytes]:
+    """``read_file`` for a policy, which must be one only the caller (or root) could have
+    written (SBX025), in the spirit of git's safe.directory.
+
+    The folder is opened without following a link and the file is opened relative to it,
+    and both are checked by ``fstat`` on what was opened: whatever is renamed on the way
+    meanwhile, the bytes read come from a checked file in a checked folder.
+    """
+    import os
+    import stat
+
+    uid = os.geteuid() if uid is None else uid
+    at = span or point(path, 0, 0)
+    why = _links_problem(path, uid)
+    if why:
+        diags.append(_untrusted(path, why, at))
+        return None
+    real = os.path.realpath(path)
+    folder, name = os.path.dirname(real), os.path.basename(real)
+    try:
+        # O_PATH needs no read permission on the folder; macOS has none, and reads it instead.
+        dfd = os.open(folder, getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        diags.append(diag("SBX001", at, what=path, why=e.strerror or str(e)))
+        return None
+    try:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError as e:
+        os.close(dfd)
+        diags.append(diag("SBX001", at, what=path, why=e.strerror or str(e)))
+        return None
+    try:
+        st, dst = os.fstat(fd), os.fstat(dfd)
+        if not stat.S_ISREG(st.st_mode):
+            diags.append(diag("SBX001", at, what=path, why="not a regular file"))
+            return None
+        why = _entry_problem("the file", st, folder, dst, uid)
+        if why:
+            diags.append(_untrusted(path, why, at))
+            return None
+        return _read_fd(fd, path, diags, at)
     finally:
         os.close(fd)
+        os.close(dfd)
+
+
+def _untrusted(path: str, why: str, at: Span) -> Diagnostic:
+    return diag("SBX025", at, path=path, why=why,
+                hint="another user could have written it; move it to a folder of yours, fix its owner or "
+                     "mode (chmod go-w), or pass --policy with a file you own (--policy builtin:default "
+                     "for the builtin profile)")
 
 
 # ---------------------------------------------------------------- extends and merging
@@ -727,8 +870,11 @@ def resolve_extends(target: str, from_path: str) -> str:
     return os.path.normpath(os.path.join(base, target))
 
 
-def load_chain(root: str, diags: list[Diagnostic]) -> Merged:
-    """Load ``root`` and everything it extends, depth first, each file once, and merge."""
+def load_chain(root: str, diags: list[Diagnostic], uid: Optional[int] = None) -> Merged:
+    """Load ``root`` and everything it extends, depth first, each file once, and merge.
+
+    Every file must pass ``read_policy_file``'s ownership checks for ``uid`` (default:
+    this process's effective uid, whose files a sandbox would run with)."""
     import os
 
     from .validate import check_document
@@ -761,7 +907,7 @@ def load_chain(root: str, diags: list[Diagnostic]) -> Merged:
             if via is not None and not os.path.exists(ref):
                 diags.append(diag("SBX021", via, target=ref, why="file not found", suggest=""))
                 return
-            data = read_file(ref, diags, via)
+            data = read_policy_file(ref, diags, via, uid)
             if data is None:
                 return
             base_dir = os.path.dirname(ref)

@@ -331,6 +331,22 @@ def normalize(m: Merged, ctx: Context, root_dir: str) -> Optional[Plan]:
     if cache_enabled:
         for path, access in cachemod.cache_rules(cache_root, cache_dir):
             cands.append(_Cand(path, access, ctx.paths.kind(path), cache_plan.span, path, "cache"))
+    # The default root holds the plan cache (plans/, with environment values expansion
+    # read) and the caches of projects that keep the default: hidden whatever cache.root
+    # says, and with the cache off too.
+    droot = _lexical(cachemod.default_root(ctx.uid))
+    droot = posixpath.join(ctx.paths.realpath(posixpath.dirname(droot)), posixpath.basename(droot))
+    dkind = ctx.paths.kind(droot)
+    if cache_enabled and droot == cache_root:
+        pass
+    elif dkind in (KIND_MISSING, KIND_DIR):
+        cands.append(_Cand(droot, MASK, dkind, cache_plan.span, cachemod.default_root_label(droot), "cache"))
+    else:
+        # A symlink or a file there is someone else's (the runtime keeps nothing in what is
+        # not a real folder of the caller's), so nothing of the caller's is there to hide;
+        # and bwrap would mount the mask wherever the link points.
+        skipped.append(SkippedRule(droot, MASK, cache_plan.span,
+                                   f"{droot} is a {dkind}, not a folder sbxc made: no plan or cache is kept there"))
 
     fs_s = s.get("filesystem")
     rules: list[FsRuleAst] = list(fs_s.value) if fs_s else []
