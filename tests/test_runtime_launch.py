@@ -119,3 +119,47 @@ def test_exec_hot_path_imports():
                        env={"PYTHONPATH": os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")})
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "", p.stdout
+
+
+# ------------------------------------------------------------------ --plan: where the file lies
+
+def _plan_at(folder, mode=0o644):
+    folder.mkdir(parents=True, exist_ok=True)
+    p = folder / "plan.json"
+    p.write_text("{}")
+    os.chmod(p, mode)
+    return str(p)
+
+
+def test_plan_location_ok_outside_the_current_folder(tmp_path):
+    plan = _plan_at(tmp_path / "plans")
+    launch.check_plan_location(os.path.realpath(plan), str(tmp_path / "project"))
+
+
+def test_plan_location_refusals(tmp_path):
+    real = os.path.realpath
+    with pytest.raises(Refusal, match="current folder's tree"):
+        launch.check_plan_location(real(_plan_at(tmp_path / "proj" / "sub")), real(str(tmp_path / "proj")))
+    with pytest.raises(Refusal, match="writable by others"):
+        launch.check_plan_location(real(_plan_at(tmp_path / "gw", 0o664)), "/nonexistent")
+    shared = tmp_path / "shared"
+    plan = _plan_at(shared)
+    os.chmod(shared, 0o777)  # writable by others, not sticky: anyone could swap the file
+    with pytest.raises(Refusal, match="writable by others and not sticky"):
+        launch.check_plan_location(real(plan), "/nonexistent")
+    os.chmod(shared, 0o1777)  # sticky: the caller's own file in it is fine
+    launch.check_plan_location(real(plan), "/nonexistent")
+    with pytest.raises(Refusal, match="not a plan file"):
+        launch.check_plan_location(real(str(tmp_path)), "/nonexistent")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
+def test_plan_location_other_owner(tmp_path):
+    plan = _plan_at(tmp_path / "theirs")
+    os.chown(plan, 65534, 65534)
+    with pytest.raises(Refusal, match="owned by uid 65534"):
+        launch.check_plan_location(os.path.realpath(plan), "/nonexistent")
+    os.chown(plan, 0, 0)
+    os.chown(tmp_path / "theirs", 65534, 65534)
+    with pytest.raises(Refusal, match="on the way to the plan"):
+        launch.check_plan_location(os.path.realpath(plan), "/nonexistent")

@@ -56,3 +56,19 @@ def test_policy_ref_matches_compiler_discovery(tmp_path):
     assert got == discover(str(tmp_path / "a" / "b"))[0] == str(tmp_path / "a" / "sandbox.policy.yaml")
     assert plancache.policy_ref("x.yaml", "/p") == "/p/x.yaml"
     assert plancache.policy_ref("builtin:default", "/p") == "builtin:default"
+
+
+def test_candidates_and_policy_state(tmp_path):
+    from sbxc.runtime import plancache
+
+    assert plancache.candidates("/a/b") == ["/a/b/sandbox.policy.yaml", "/a/sandbox.policy.yaml", "/sandbox.policy.yaml"]
+    assert plancache.candidates("/a/b", "/a/sandbox.policy.yaml") == ["/a/b/sandbox.policy.yaml"]
+    assert plancache.candidates("/") == ["/sandbox.policy.yaml"]
+    f = tmp_path / "p.yaml"
+    assert plancache.policy_state(str(f)) == ""
+    f.write_text("x")
+    assert len(plancache.policy_state(str(f))) == 64
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # planted under the policy's name: must not hang, and is no policy
+    assert plancache.policy_state(str(fifo)) == ""
+    assert plancache.policy_state(str(tmp_path)) == ""

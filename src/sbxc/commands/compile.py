@@ -95,6 +95,18 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
             stderr.write(f"sbxc compile: cannot write {args.output}: {e.strerror or e}\n")
             return 1
 
+    accepted = []
+    if args.check and not failed:
+        # The caller has just looked at what these files enforce: a policy file that a
+        # sandboxed command wrote (or a nearer one it removed) is trusted again.
+        from ..runtime.plancache import accept_policies
+
+        accepted = accept_policies(result.sources, cwd if args.policy is None else "", result.policy)
+    if accepted:
+        (stderr if args.format == "json" or args.output == "-" else stdout).write(
+            f"sbxc: accepted {', '.join(accepted)} (written or removed by a sandboxed command during an earlier run); "
+            "sbxc exec uses what is there now\n")
+
     if args.format == "json":
         out = {
             "policy": result.policy,

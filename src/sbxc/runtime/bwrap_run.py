@@ -1,12 +1,25 @@
 """Runner for the bwrap backend (see the runner protocol in ``sbxc.runtime.launch``).
 
 Knowing whether bwrap failed or the command did: bwrap exits 1 for its own failures, as a
-command may. bwrap reads the seccomp program from its descriptor only after every mount
-is in place and every privilege dropped, right before it forks the command's PID 1 and
-execs. So the program is written into a pipe up front and sbxc keeps its own copy of the
-read end: while bytes are still unread (FIONREAD > 0), bwrap has not finished its set-up
-and whatever it printed is its own failure (exit 125 with one ``sbxc:`` line); once the
-pipe is empty, stderr belongs to the command.
+command may, and the command's stderr can hold any text, bwrap's messages included. So
+the decision comes from bwrap's own channel, never from stderr: ``--json-status-fd``.
+bwrap 0.8 writes ``{ "child-pid": N, ... }`` there right after it cloned its child (before
+the child's mounts), and ``{ "exit-code": N }`` when that child ended, but only if the
+child got as far as exec'ing the command: bwrap tells so through a close-on-exec pipe of
+its own, which the command never holds. Checked on bwrap 0.8.0: no ``exit-code`` after a
+failed mount, chdir, seccomp load, or ``execvp`` of a missing command; ``exit-code`` after
+every command that ran, whatever it printed or however it ended. Hence:
+
+- ``exit-code`` reported: the command ran; its status passes through untouched.
+- no ``exit-code`` and bwrap exited non-zero: the command never ran and all of stderr is
+  bwrap's. An ``execvp`` failure becomes 127/126 as in a shell; anything else is a
+  refusal (125, one ``sbxc:`` line with the cause mapped from bwrap's message).
+- no ``exit-code`` and bwrap died of a signal: passed through (128+N); sbxc does not claim
+  the command never ran when bwrap itself was killed.
+
+stderr is held back while bwrap sets up (the seccomp program, written into a pipe up front,
+is still unread: bwrap reads it after every mount, right before it execs), so that a set-up
+failure shows as one ``sbxc:`` line and not raw.
 """
 from __future__ import annotations
 
@@ -18,10 +31,7 @@ from .launch import LaunchSpec
 
 EMPTY_FD = "@fd:empty"  # same as sbxc.backends.bwrap.EMPTY_FD (not imported: hot path)
 _FIONREAD = 0x541B  # asm-generic/ioctls.h; the same on x86_64 and aarch64
-_PIPE_MAX = 65536
-# bwrap's messages for its steps after it read the seccomp program (first stderr line).
-_LATE_FAILURES = (b"Can't chdir", b"setsid", b"Can't fork for pid 1", b"PR_SET_SECCOMP",
-                  b"system call filtering", b"PR_SET_NO_NEW_PRIVS")  # the default pipe buffer: the whole program must fit before bwrap reads
+_PIPE_MAX = 65536  # the default pipe buffer: the whole program must fit before bwrap reads
 
 
 def _which(name: str, environ) -> str:
@@ -131,8 +141,9 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
             os.write(w, bpf)  # fits the pipe buffer (checked above): never blocks
         finally:
             os.close(w)  # bwrap reads to end of file
-        # bwrap writes {"child-pid": N} here right after it made the namespaces: N leads
-        # the session (and process group) the command runs in, where signals should go.
+        # bwrap's status channel (see the module docstring): {"child-pid": N} right after
+        # the clone (N leads the session and process group the command runs in, where
+        # signals should go), {"exit-code": N} once the command ran and ended.
         info_r, info_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         fds += [info_r, info_w]
     except OSError as e:
@@ -140,55 +151,66 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         raise Refusal(f"could not prepare bwrap's descriptors ({e.strerror})", "check the open-files limit (ulimit -n)") from None
     seccomp_fd = r
 
-    argv = [found] + opts + ["--chdir", cwd, "--seccomp", str(seccomp_fd), "--info-fd", str(info_w), "--"] + list(cmd)
+    argv = [found] + opts + ["--chdir", cwd, "--seccomp", str(seccomp_fd), "--json-status-fd", str(info_w), "--"] + list(cmd)
     info = bytearray()
 
-    def signal_target():
-        # Called from a signal handler: read what bwrap wrote so far, without blocking.
+    def read_info() -> bytes:
+        # Non-blocking: also called from a signal handler. sbxc holds a write end too,
+        # so the pipe never reports end of file.
         try:
-            info.extend(os.read(info_r, 256))
+            while len(info) < 65536:
+                chunk = os.read(info_r, 4096)
+                if not chunk:
+                    break
+                info.extend(chunk)
         except BlockingIOError:
             pass
-        text = bytes(info)
-        at = text.find(b'"child-pid":')
-        end = text.find(b"}", at)
-        if at < 0 or end < 0:
-            return None  # not written yet: the caller signals bwrap itself
-        value = text[at + 12:end].lstrip()
+        return bytes(info)
+
+    def reported(key: bytes):
+        """The integer bwrap reported for ``key`` on its status channel, or None."""
+        text = read_info()
+        at = text.find(b'"' + key + b'":')
+        if at < 0:
+            return None
+        value = text[at + len(key) + 3:].lstrip()
         n = 0
         while n < len(value) and 48 <= value[n] <= 57:
             n += 1
-        return int(value[:n]) if n and int(value[:n]) > 1 else None
+        return int(value[:n]) if n else None
+
+    def signal_target():
+        pid = reported(b"child-pid")
+        return pid if pid and pid > 1 else None  # not written yet: the caller signals bwrap itself
 
     def started() -> bool:
         return _unread(seccomp_fd) == 0
 
+    def ran() -> bool:
+        return reported(b"exit-code") is not None
+
     def setup_failed(status: int, early: str):
-        if status == 0:
-            return None
+        if status == 0 or status > 128 or ran():
+            return None  # the command ran (its status), or bwrap was killed (passed through)
         if _unread(seccomp_fd) == 0:
-            return None  # bwrap got through its set-up: the status is the command's
+            return None  # bwrap's last steps or execvp failed: command_status decides, with the text
         cause, fix = bwrap_failure(early)
         return Refusal(cause, fix)
 
     def command_status(status: int, first: bytes) -> int:
-        # bwrap exits 1 when it cannot exec the command (after set-up, so the pipe is
-        # empty): "bwrap: execvp NAME: <strerror>". Report it as a shell would. The command
-        # itself could print the same words and exit 1: that changes only its status.
-        if status == 1 and first.startswith(b"bwrap: execvp "):
-            line = first.split(b"\n", 1)[0]
-            return 127 if line.endswith(b"No such file or directory") else 126
-        head = first.split(b"\n", 1)[0]
-        if status == 1 and head.startswith(b"bwrap: ") and any(m in head for m in _LATE_FAILURES):
-            # bwrap's last steps after reading the seccomp program (chdir, setsid, the fork
-            # of its PID 1, loading the filter): the command did not run.
-            line = head.decode("utf-8", "replace")
-            cause, fix = bwrap_failure(line)
-            sys.stderr.write(Refusal(cause, fix).line() + "\n")
-            return 125
-        return status
+        if status == 0 or status > 128 or ran():
+            return status
+        # bwrap got through its mounts but the command never ran: every byte on stderr is
+        # bwrap's. "bwrap: execvp NAME: <strerror>" is a shell's 127/126.
+        lines = first.split(b"\n")
+        for line in lines:
+            if line.startswith(b"bwrap: execvp "):
+                return 127 if line.endswith(b"No such file or directory") else 126
+        cause, fix = bwrap_failure(first.decode("utf-8", "replace"))
+        sys.stderr.write(Refusal(cause, fix).line() + "\n")
+        return 125
 
-    # The pass_fds exclude the read end of the info pipe: only bwrap's write end goes over.
+    # The pass_fds exclude the read end of the status pipe: only bwrap's write end goes over.
     return LaunchSpec(argv, env, pass_fds=[fd for fd in fds if fd != info_r], exec_is_command=False,
                       started=started, setup_failed=setup_failed, command_status=command_status,
                       cleanups=cleanups, own_pgrp=True, signal_target=signal_target)

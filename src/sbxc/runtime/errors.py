@@ -100,6 +100,12 @@ BWRAP_FAILURES: tuple[tuple[str, str, str], ...] = (
         "run sbxc from an existing folder the policy shows",
     ),
     (
+        # bwrap 0.8: "Unable to set up system call filtering as requested: prctl(PR_SET_SECCOMP) ..."
+        "system call filtering",
+        "the kernel refused to load the plan's seccomp filter",
+        "check that seccomp is enabled (sbxc doctor), or recompile the plan on this host",
+    ),
+    (
         "prctl(PR_SET_SECCOMP)",
         "the kernel refused to load the plan's seccomp filter",
         "check that seccomp is enabled (sbxc doctor)",

@@ -86,7 +86,7 @@ def _read_entry(dir_fd: int, name: str):
         os.close(fd)
 
 
-def _write_entry(dir_fd: int, name: str, entry: dict) -> None:
+def _write_entry(dir_fd: int, name: str, entry: dict, trim: bool = True) -> None:
     """Write to a fresh temporary name, then rename: readers see all of an entry or none."""
     data = marshal.dumps(entry)
     tmp = f".tmp-{os.getpid()}-{os.urandom(4).hex()}"
@@ -100,7 +100,8 @@ def _write_entry(dir_fd: int, name: str, entry: dict) -> None:
         os.close(fd)
         fd = -1
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        _trim(dir_fd)
+        if trim:
+            _trim(dir_fd)
     except OSError:
         try:
             os.unlink(tmp, dir_fd=dir_fd)
@@ -144,6 +145,135 @@ def _trim(dir_fd: int) -> None:
             os.unlink(name, dir_fd=dir_fd)
         except OSError:
             pass
+
+
+# ------------------------------------------------------------------ taints
+
+# A policy file that a sandboxed command wrote (or removed) is "tainted" until the caller
+# accepts it with `sbxc compile --check`: one entry per path, ``t-`` + sha256(path),
+# holding the file's sha256 as the command left it ("" for removed). Kept in the plans
+# folder because no sandbox can write there; never trimmed (see _trim's prefixes).
+TAINT_PREFIX = "t-"
+
+
+def _taint_name(path: str) -> str:
+    return TAINT_PREFIX + _hex(path.encode("utf-8", "surrogateescape"))
+
+
+def policy_state(path: str) -> str:
+    """sha256 of the regular file at ``path``; "" when there is none (what discovery, which
+    takes regular files only, would not find). O_NONBLOCK: a FIFO planted under the name
+    must not hang sbxc."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        if (os.fstat(fd).st_mode & 0o170000) != 0o100000:
+            return ""
+        h = sha256()
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            h.update(b)
+        return h.hexdigest()
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+def candidates(cwd: str, stop: str = "") -> list:
+    """Discovery's candidates, nearest first: ``sandbox.policy.yaml`` in ``cwd`` and each
+    parent up to ``/``; with ``stop`` (a policy file), only those nearer than it."""
+    out = []
+    d = cwd
+    while True:
+        cand = (d.rstrip("/") or "") + "/" + POLICY_NAME
+        if cand == stop:
+            return out
+        out.append(cand)
+        parent = os.path.dirname(d)
+        if parent == d:
+            return out
+        d = parent
+
+
+def read_taint(dir_fd: int, path: str):
+    """The sha256 a sandboxed command left ``path`` with ("" removed), or None."""
+    entry = _read_entry(dir_fd, _taint_name(path))
+    if entry is None or entry.get("path") != path or not isinstance(entry.get("sha"), str):
+        return None
+    return entry["sha"]
+
+
+def drop_taint(dir_fd: int, path: str) -> bool:
+    try:
+        os.unlink(_taint_name(path), dir_fd=dir_fd)
+        return True
+    except OSError:
+        return False
+
+
+def record_taints(changed) -> bool:
+    """Record (path, sha256 now) pairs as written by a sandboxed command. False when the
+    plans folder is unusable (nothing could be recorded)."""
+    dir_fd = open_plans_dir()
+    if dir_fd < 0:
+        return False
+    try:
+        for path, sha in changed:
+            _write_entry(dir_fd, _taint_name(path), {"v": ENTRY_VERSION, "path": path, "sha": sha}, trim=False)
+        return True
+    finally:
+        os.close(dir_fd)
+
+
+def check_taints(dir_fd: int, sources, nearer=()) -> None:
+    """Refuse a plan built from a policy file a sandboxed command wrote, or found by
+    discovery because a nearer one was removed by a sandboxed command. One openat per
+    path (a missing entry is the usual case). A taint whose file changed since (the
+    caller edited it) no longer describes the file and is dropped."""
+    for path, digest in sources:
+        if not isinstance(path, str) or not path.startswith("/"):
+            continue  # builtins live in the package, which no sandbox writes
+        sha = read_taint(dir_fd, path)
+        if sha is None:
+            continue
+        if sha == digest:
+            shown = one_line(path, 300)
+            raise Refusal(f"the policy {shown} was written by a sandboxed command during an earlier run",
+                          f"review it, then accept it with 'sbxc compile --check {shown}'")
+        drop_taint(dir_fd, path)
+    for path in nearer:
+        sha = read_taint(dir_fd, path)
+        if sha is None:
+            continue
+        if sha == "" and policy_state(path) == "":
+            raise Refusal(f"the policy {one_line(path, 300)} was removed by a sandboxed command during an "
+                          "earlier run (without it another policy applies here)",
+                          "restore it, or accept the removal with 'sbxc compile --check' in this folder")
+        drop_taint(dir_fd, path)
+
+
+def accept_policies(sources, cwd: str = "", used: str = "") -> list:
+    """``sbxc compile --check`` passed: drop the taints of the files it checked (and, for
+    discovery from ``cwd``, of removed files nearer than ``used``). The paths dropped."""
+    dir_fd = open_plans_dir(create=False)
+    if dir_fd < 0:
+        return []
+    dropped = []
+    try:
+        paths = [p for p, _d in sources if isinstance(p, str) and p.startswith("/")]
+        if cwd:
+            paths += candidates(cwd, used)
+        for path in paths:
+            if read_taint(dir_fd, path) is not None and drop_taint(dir_fd, path):
+                dropped.append(path)
+    finally:
+        os.close(dir_fd)
+    return dropped
 
 
 # ------------------------------------------------------------------ --plan FILE
@@ -320,12 +450,22 @@ def plan_for_policy(policy, backend, network, environ, cwd: str, warn) -> dict:
     name = "p-" + _hex(key_src.encode("utf-8", "surrogateescape"))
     dir_fd = open_plans_dir()
     try:
+        # Discovery: a nearer policy file that a sandboxed command removed would have
+        # been the one to apply; checked first, the answer does not depend on the plan.
+        nearer = candidates(cwd, ref) if policy is None else ()
         if dir_fd >= 0:
+            check_taints(dir_fd, (), nearer)
             entry = _read_entry(dir_fd, name)
             if entry is not None and _entry_valid(entry, environ):
+                check_taints(dir_fd, entry.get("sources", ()))
                 return entry["plan"]
+        if dir_fd >= 0 and ref.startswith("/"):
+            # Before compiling: a tainted file is refused as such, not judged on its contents.
+            check_taints(dir_fd, ((ref, policy_state(ref)),))
         entry = compile_entry(policy, backend, network, environ, cwd)
         if dir_fd >= 0:
+            # The digests were just read by the compiler: what the plan is made of.
+            check_taints(dir_fd, entry.get("sources", ()))
             _write_entry(dir_fd, name, entry)
         return entry["plan"]
     finally:
