@@ -1,6 +1,10 @@
 """A command that rewrites its own policy file (which usually lies in the writable project)
 could loosen the next run. sbxc names the change as soon as the command ends."""
+import os
+
 import pytest
+
+from conftest import base_env, run, sbxc_argv
 
 pytestmark = pytest.mark.live
 
@@ -8,7 +12,8 @@ POLICY = "sbxc: 1\nextends: [builtin:default]\nnetwork: false\n"
 
 
 @pytest.mark.parametrize("backend", ["bwrap", "landlock"])
-def test_rewritten_policy_is_named_after_the_run(sbxc, backend):
+def test_rewritten_policy_is_named_after_the_run(sbxc, accept_all, backend):
+    accept_all(os.path.join(sbxc.project, "sandbox.policy.yaml"))
     r = sbxc(POLICY, "sh", "-c", "echo 'network: true' >> sandbox.policy.yaml", args=("--backend", backend))
     assert r.rc == 0, r
     assert "sandbox.policy.yaml changed while the command ran" in r.err
@@ -23,10 +28,6 @@ def test_untouched_policy_gives_no_warning(sbxc, backend):
 
 
 # ------------------------------------------------------------------ taints: the next run refuses
-
-import os  # noqa: E402
-
-from conftest import base_env, run, sbxc_argv  # noqa: E402
 
 PLANTED = "sbxc: 1\nextends: [builtin:default]\nnetwork: true\n"
 

@@ -46,11 +46,20 @@ _PARENT_SAFE_FOR_FILE = (
 
 _RIGHTS = {MASK: 0, TMPFS: 0, NONE: 0, READ: READ_RIGHTS, WRITE: WRITE_RIGHTS}
 
-# Device files programs expect to use (bwrap's --dev gives the same set). Granted on top
-# of the policy only where the policy shows the path at all (not masked, not absent).
-DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx")
-DEVICE_DIRS = ("/dev/pts",)
+# Device files programs expect to use. Granted on top of the policy only where the
+# policy shows the path at all (not masked, not absent).
+DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 _DEVICE_RIGHTS = ll.FS_READ_FILE | ll.FS_WRITE_FILE | ll.FS_IOCTL_DEV | ll.FS_TRUNCATE
+# The rest of the host's /dev is withheld even where a rule above it (`read /`) would
+# show it: bwrap replaces /dev with its own minimal one (--dev), while under Landlock the
+# command would see the host's. The caller's other terminals (/dev/pts/N, owned by the
+# caller) could be read (keystrokes typed there) and written (escape sequences); as root
+# with capabilities dropped, uid 0 still owns the consoles and block devices, whose raw
+# bytes bypass every mask. /dev itself stays listable (names only, as `ls /dev` expects).
+# A policy rule on /dev itself, or beneath it, is the policy's own decision and is kept.
+DEV = "/dev"
+DEV_ORIGIN = "devices"
+_DEV_TOLERATED = ll.FS_READ_DIR
 
 # The ABI each property needs (see runtime/landlock_sys.py for the table).
 ABI_TRUNCATE = 3  # read-only files cannot be truncated
@@ -65,6 +74,8 @@ def _is_file_kind(kind: str) -> bool:
 
 def _tolerated(rule: PathRule) -> int:
     """Rights an ancestor may grant without giving more than ``rule`` allows beneath it."""
+    if rule.origin == DEV_ORIGIN:
+        return _DEV_TOLERATED
     own = _RIGHTS[rule.access]
     if _is_file_kind(rule.kind):
         return own | _PARENT_SAFE_FOR_FILE
@@ -89,9 +100,19 @@ def _dropped_missing_masks(plan: Plan) -> set[str]:
     return out
 
 
+def _dev_rule(plan: Plan) -> PathRule | None:
+    """The implied rule that withholds the host's /dev (see DEV above): a mask that
+    tolerates listing, present where a rule above /dev would grant it and the policy has
+    no rule on /dev itself."""
+    if any(r.path == DEV for r in plan.fs) or decide(plan, DEV).access not in (READ, WRITE):
+        return None
+    return PathRule(DEV, MASK, KIND_DIR, BUILTIN_SPAN, written=DEV, origin=DEV_ORIGIN)
+
+
 def _effective_rules(plan: Plan) -> list[PathRule]:
     dropped = _dropped_missing_masks(plan)
-    return [r for r in plan.fs if r.path not in dropped]
+    dev = _dev_rule(plan)
+    return [r for r in plan.fs if r.path not in dropped] + ([dev] if dev else [])
 
 
 class _RulesBelow:
@@ -143,6 +164,7 @@ class _Lowering:
         self.host = host
         self.listings = {d: entries for d, entries in (getattr(host, "listings", ()) or ())}
         self.rules = _effective_rules(plan)
+        self.dev_rule = next((r for r in self.rules if r.origin == DEV_ORIGIN), None)
         self.rule_paths = {r.path for r in self.rules}
         self.rules_below = _RulesBelow(self.rules)
         self.grants: dict[str, list] = {}  # path -> [rights, kind]
@@ -172,6 +194,9 @@ class _Lowering:
         for name, kind in entries:
             child = node.rstrip("/") + "/" + name
             if child in self.rule_paths:
+                if child == DEV and self.dev_rule is not None:
+                    # Listing /dev survives the split as it would under an unsplit parent.
+                    self.grant(child, rem & _DEV_TOLERATED, KIND_DIR)
                 continue  # its own rule decides
             if kind == "symlink":
                 # Landlock checks the target's own path; a rule on the link inode grants
@@ -243,17 +268,21 @@ class _Lowering:
 
     def devices(self) -> list[str]:
         out = []
-        for path in DEVICE_FILES + DEVICE_DIRS:
+        for path in DEVICE_FILES:
             d = decide(self.plan, path)
             if d.access in (MASK, NONE, TMPFS):
                 continue
             if self.rules_below(path):
                 continue
-            kind = "dir" if path in DEVICE_DIRS else "other"
-            rights = _DEVICE_RIGHTS | (ll.FS_READ_DIR if kind == "dir" else 0)
-            self.grant(path, rights, kind)
+            self.grant(path, _DEVICE_RIGHTS, "other")
             out.append(path)
         return out
+
+    def stdio_terminals(self) -> bool:
+        """Whether the runner may grant the terminal the command's own stdin, stdout or
+        stderr already is (so `echo >/dev/stderr` works on a terminal): where the policy
+        shows /dev/pts at all. Reopening it gives nothing the open descriptor does not."""
+        return decide(self.plan, "/dev/pts").access in (READ, WRITE)
 
 
 def _net(plan: Plan) -> tuple[int, list, list]:
@@ -282,7 +311,14 @@ def lower(plan: Plan, host) -> Lowered:
     for s in plan.skipped:
         L.v(f"{s.access}? {s.path}", SKIPPED, s.span, s.reason)
     devices = L.devices()
-    if devices:
+    if L.dev_rule is not None:
+        L.v("devices", NARROWED, BUILTIN_SPAN,
+            "of the host's /dev only " + (", ".join(devices) or "nothing") + " can be opened (and /dev listed); "
+            "the caller's terminals (/dev/pts/*, /dev/tty, consoles) and other device files are refused, "
+            "except the terminal the command's own stdin, stdout or stderr already is; "
+            "new pseudo-terminals cannot be opened (/dev/ptmx would need all of /dev/pts), "
+            "where bwrap gives a private /dev/pts")
+    elif devices:
         L.v("devices", ENFORCED, BUILTIN_SPAN)
 
     handled_net, ports, _ = _net(plan)
@@ -359,6 +395,7 @@ def lower(plan: Plan, host) -> Lowered:
         "net_rules": ports,
         "network": net.mode,
         "tmpfs": [r.path for r in plan.fs if r.access == TMPFS],
+        "stdio_ttys": L.stdio_terminals(),
         "absent": sorted(_dropped_missing_masks(plan)),
         # Fingerprints of the listings the grants were built from: a cached plan whose
         # folders gained or lost entries since is compiled again (runtime/plancache).

@@ -2,10 +2,26 @@
 in ``sbxc.runtime.launch``).
 
 ``prepare`` runs in sbxc's process: checks the kernel's ABI against the plan, makes the
-per-run folders that stand in for ``tmpfs`` rules, and returns a ``LaunchSpec`` whose
-``child_setup`` runs in the forked child, after the core closed every descriptor above 2:
+per-run folders that stand in for ``tmpfs`` rules (locked while the run lasts; those of
+killed runs are removed), makes sbxc a child subreaper, and returns a ``LaunchSpec``
+whose ``child_setup`` runs in the forked child, after the core closed every descriptor
+above 2.
 
-  0. the parent-death signal: the command is killed when sbxc dies;
+Processes. Without a PID namespace nothing ends a command's background processes for
+us, so the forked child stays outside the sandbox as a small reaper (``supervise``): a
+child subreaper, so every orphan of the command becomes its child; it forks the
+command, relays sbxc's forwarded signals to the command's process group, reaps orphans
+as they end, and when the command ends kills every remaining descendant and exits with
+the command's status (128+N for signal N, as sbxc reports it anyway). When sbxc dies
+(even by SIGKILL), its parent-death signal makes it kill them all too. sbxc itself is a
+subreaper as well and, after the child ended (``after_exit``), kills whatever is still
+below it (processes left when the reaper itself was killed), before the cleanups and
+the policy check run. What stays out of reach: both sbxc and the reaper killed by
+SIGKILL at once (no PID namespace or cgroup to fall back on; docs/landlock.md).
+
+In the command's process, forked by the reaper:
+
+  0. the parent-death signal: the command is killed when the reaper dies;
   1. setsid: no controlling terminal, so TIOCSTI or TIOCLINUX could not reach the caller's
      (they are refused by seccomp as well);
   2. a fresh anonymous session keyring: the caller's keys are not reachable through
@@ -20,7 +36,8 @@ per-run folders that stand in for ``tmpfs`` rules, and returns a ``LaunchSpec`` 
 Then the core execs the command: nothing else runs between the restriction and the exec.
 Any failure raises Refusal: the child exits 125 and the command never starts.
 
-Imports: os and ctypes (through landlock_sys) only; this is the ``sbxc exec`` hot path.
+Imports: os, _signal and ctypes (through landlock_sys); fcntl only with per-run folders,
+time only when processes are left to end. This is the ``sbxc exec`` hot path.
 """
 from __future__ import annotations
 
@@ -31,6 +48,7 @@ from .errors import Refusal
 
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -49,6 +67,14 @@ _SYSCALLS = {
 KEYCTL_JOIN_SESSION_KEYRING = 1
 
 _O_PATH = os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+RUN_PREFIX = "sbxc-run-"
+_SIGKILL = 9
+_SIGTERM = 15
+# Signals sbxc forwards to its child (launch._FORWARD); the reaper passes them on.
+_RELAYED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH")
+# Rights on the terminal the command's stdio already is (see stdio_terminals).
+_TTY_RIGHTS = ll.FS_READ_FILE | ll.FS_WRITE_FILE | ll.FS_IOCTL_DEV
 
 
 def _which(cmd0: str, env: dict) -> str:
@@ -86,21 +112,184 @@ def check_abi(low: dict, abi: int, warn) -> tuple[int, int, int, int]:
     return want_fs & fs, want_net & net, want_scoped & scoped, abi
 
 
-def _make_run_dir(base: str) -> str:
+def _make_run_dir(base: str) -> tuple[str, int]:
     """A fresh 0700 folder with a random name in ``base``, opened and checked without
-    following symlinks (``base`` may be shared, e.g. /tmp)."""
+    following symlinks (``base`` may be shared, e.g. /tmp), and locked (flock) for as long
+    as the returned descriptor stays open: ``reap_run_dirs`` never takes a locked one."""
+    import fcntl
+
+    reap_run_dirs(base)
     for _ in range(16):
-        name = "sbxc-run-" + os.urandom(8).hex()
+        name = RUN_PREFIX + os.urandom(8).hex()
         path = base.rstrip("/") + "/" + name
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
             continue
-        st = os.lstat(path)
-        if not (st.st_mode & 0o170000 == 0o040000) or st.st_uid != os.geteuid():
+        try:
+            fd = os.open(path, _O_DIR)
+        except OSError:
+            fd = -1
+        st = os.fstat(fd) if fd >= 0 else None
+        if st is None or st.st_uid != os.geteuid():
+            if fd >= 0:
+                os.close(fd)
             raise Refusal(f"the per-run folder {path} is not the folder sbxc made", "check who else writes to " + base)
-        return path
+        # A reaper sees the folder unlocked between the mkdir and this flock; the age rule
+        # (cachedir.STALE_AFTER) covers that window.
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return path, fd
     raise Refusal(f"could not make a per-run folder in {base}", "check that it is writable")
+
+
+def reap_run_dirs(base: str, now: float | None = None) -> int:
+    """Remove this user's per-run folders in ``base`` that no run holds (unlocked) and that
+    are older than ``cachedir.STALE_AFTER``: left by an sbxc that was killed. Best effort;
+    returns how many were removed."""
+    import fcntl
+    import time
+
+    from .cachedir import STALE_AFTER, remove_tree
+
+    now = time.time() if now is None else now
+    try:
+        base_fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    n = 0
+    try:
+        try:
+            with os.scandir(base_fd) as it:
+                names = [e.name for e in it if e.name.startswith(RUN_PREFIX) and len(e.name) == len(RUN_PREFIX) + 16]
+        except OSError:
+            return 0
+        for name in names:
+            try:
+                fd = os.open(name, _O_DIR, dir_fd=base_fd)
+            except OSError:
+                continue  # a link, a file, gone: not a folder we made
+            try:
+                st = os.fstat(fd)
+                if st.st_uid != os.geteuid() or now - st.st_mtime < STALE_AFTER:
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # a running sbxc holds it
+                # Holding the lock while deleting: a run starting now makes a new name.
+                try:
+                    remove_tree(base_fd, name)
+                    n += 1
+                except OSError:
+                    pass
+            finally:
+                os.close(fd)
+    finally:
+        os.close(base_fd)
+    return n
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def stdio_terminals() -> list:
+    """Paths of the pseudo-terminals the command's stdin, stdout and stderr already are.
+    The plan withholds /dev/pts; reopening one of these by path (`>/dev/stderr`, which
+    goes through /proc/self/fd/2 to /dev/pts/N) gives nothing the open descriptor does
+    not. The device number is compared so that a name reused since is not granted."""
+    out = []
+    for fd in (0, 1, 2):
+        try:
+            st = os.fstat(fd)
+            if st.st_mode & 0o170000 != 0o020000:
+                continue
+            name = os.ttyname(fd)
+            if name.startswith("/dev/pts/") and os.stat(name).st_rdev == st.st_rdev and name not in out:
+                out.append(name)
+        except OSError:
+            continue
+    return out
+
+
+def _children() -> list:
+    """PIDs of this process's children (zombies included), from
+    /proc/self/task/*/children; where the kernel lacks that file (CONFIG_PROC_CHILDREN
+    off), from every process's parent in /proc/*/stat."""
+    out = []
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        tids = []
+    try:
+        for tid in tids:
+            with open(f"/proc/self/task/{tid}/children", "rb") as f:
+                out += [int(x) for x in f.read().split()]
+        return out
+    except FileNotFoundError:
+        pass
+    me = os.getpid()
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        # The command name in parentheses may hold spaces and ')': the fields follow the last ')'.
+        fields = data[data.rfind(b")") + 2:].split()
+        if len(fields) > 1 and int(fields[1]) == me:
+            out.append(int(name))
+    return out
+
+
+def end_descendants(limit: float = 5.0) -> int:
+    """SIGKILL every process below this one and reap it, until none remain.
+
+    Needs PR_SET_CHILD_SUBREAPER on this process: an orphan is reparented to the nearest
+    subreaper, and the kernel does that (exit_notify) before the dying parent becomes a
+    zombie, so once a child is reaped its own children are already ours. Killing only
+    our own unreaped children is free of PID-reuse races (a zombie keeps its PID). A
+    process that forks in the meantime adds a child that the next round finds. Bounded:
+    rounds and ``limit`` seconds (a process in uninterruptible sleep does not die at
+    once). Returns how many children remain."""
+    import time
+
+    deadline = time.monotonic() + limit
+    for _ in range(100000):
+        kids = _children()
+        if not kids:
+            return 0
+        for pid in kids:
+            try:
+                os.kill(pid, _SIGKILL)
+            except ProcessLookupError:
+                pass
+        reaped = 0
+        for pid in kids:
+            try:
+                done, _st = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid  # reaped elsewhere, or not ours after all
+            reaped += done != 0
+        if time.monotonic() > deadline:
+            break
+        if not reaped:
+            time.sleep(0.002)
+    return len(_children())
+
+
+def _after_exit() -> None:
+    left = end_descendants()
+    if left:
+        import sys
+
+        sys.stderr.write(f"sbxc: warning: {left} process(es) the command started could not be ended\n")
 
 
 def _remove_tree(path: str) -> None:
@@ -171,12 +360,17 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
     run_dirs = []
     for base in low.get("tmpfs", ()):
         try:
-            d = _make_run_dir(base)
+            d, lock_fd = _make_run_dir(base)
         except (PermissionError, FileNotFoundError):
-            d = _make_run_dir("/tmp")
+            d, lock_fd = _make_run_dir("/tmp")
+        # Cleanups run in reverse order: the lock is released after the folder is gone.
+        cleanups.append(lambda fd=lock_fd: _close_quietly(fd))
         cleanups.append(lambda d=d: _remove_tree(d))
         run_dirs.append(d)
         rules.append((d, fs, "dir"))
+    if low.get("stdio_ttys"):
+        for name in stdio_terminals():
+            rules.append((name, _TTY_RIGHTS & fs, "file"))
     if run_dirs:
         tmp = next((d for d, b in zip(run_dirs, low["tmpfs"]) if b == "/tmp"), run_dirs[0])
         env = dict(env)
@@ -192,12 +386,19 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
         raise Refusal("the plan has no seccomp filter", "recompile the plan")
 
     sbxc_pid = os.getpid()
+    ctypes, libc = _libc()
+    # Orphans of the command's processes come to sbxc when its reaper is gone (see the
+    # module text); set before the fork, so nothing escapes to init in between.
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise _fail("making sbxc a child subreaper", ctypes.get_errno())
 
     def child_setup():
-        confine(rules, ports, fs, net, scoped, bpf, is_root=ctx.is_root, sbxc_pid=sbxc_pid)
+        reaper_pid = supervise(sbxc_pid)  # returns in the command's process only
+        confine(rules, ports, fs, net, scoped, bpf, is_root=ctx.is_root, parent_pid=reaper_pid)
 
     argv = [_which(cmd[0], env)] + list(cmd[1:])
-    return LaunchSpec(argv, env, child_setup=child_setup, exec_is_command=True, cleanups=cleanups)
+    return LaunchSpec(argv, env, child_setup=child_setup, exec_is_command=True, cleanups=cleanups,
+                      after_exit=_after_exit)
 
 
 def _libc():
@@ -237,15 +438,98 @@ def drop_privileges(ctypes, libc, is_root: bool) -> None:
         raise _fail("dropping capabilities", ctypes.get_errno())
 
 
-def confine(rules, ports, fs: int, net: int, scoped: int, bpf: bytes, *, is_root: bool, sbxc_pid: int) -> None:
-    """In the forked child: everything between fork and exec (see the module text)."""
+def supervise(sbxc_pid: int) -> int:
+    """In sbxc's forked child, before any confinement: fork the command's process and
+    stay behind as its reaper (see the module text). Returns the reaper's PID, in the
+    command's process only; the reaper itself never returns (it must never reach the
+    exec, which would run the command unconfined)."""
+    import _signal
+
     ctypes, libc = _libc()
-    # The command dies with sbxc (SPEC §5): the death signal survives exec (not a setuid
-    # one, and no-new-privileges rules those out). If sbxc died before the prctl, the
-    # parent changed already: stop.
-    if libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0) != 0:
+    me = os.getpid()
+    state = {"cmd": 0}
+
+    def relay(signum, _frame):
+        if os.getpid() != me:
+            return  # the command's process between fork and exec: its exec resets this
+        if os.getppid() != sbxc_pid:
+            # sbxc is gone (the parent-death signal): nothing may outlive it.
+            end_descendants()
+            os._exit(128 + _SIGKILL)
+        if state["cmd"] > 0:
+            try:
+                os.killpg(state["cmd"], signum)  # the command's session: as bwrap's runner does
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    # Handlers first, then the death signal, then the check: sbxc dying at any point
+    # is either seen by getppid() here or delivered to a handler that acts on it.
+    for name in _RELAYED:
+        _signal.signal(getattr(_signal, name), relay)
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # SIGCHLD: sbxc's wake-up handler is not ours
+    try:
+        _signal.set_wakeup_fd(-1)  # sbxc's wake-up pipe was closed with the other descriptors
+    except (ValueError, OSError):
+        pass
+    if libc.prctl(PR_SET_PDEATHSIG, _SIGTERM, 0, 0, 0) != 0:
         raise _fail("setting the parent-death signal", ctypes.get_errno())
     if os.getppid() != sbxc_pid:
+        raise Refusal("sbxc ended while the sandbox was being set up", "run the command again")
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise _fail("making the sandbox's reaper a child subreaper", ctypes.get_errno())
+    # Out of the caller's terminal's process group: Ctrl-C reaches sbxc, which forwards.
+    os.setsid()
+    pid = os.fork()
+    if pid == 0:
+        return me
+    code = 125
+    try:
+        state["cmd"] = pid
+        # The reaper holds nothing of the command's: not the report pipe (sbxc reads it
+        # to its end), not the per-run locks, not stdin/stdout (a reader downstream must
+        # see the end of the output when the command's processes are gone).
+        os.closerange(3, 1 << 20)
+        null = os.open("/dev/null", os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        if null > 2:
+            os.close(null)
+        status = None
+        for _ in range(1 << 40):  # ends with the command: every round reaps one of its processes
+            try:
+                done, st = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            if done == pid:
+                status = st
+                break
+        left = end_descendants()
+        if left:
+            os.write(2, f"sbxc: warning: {left} process(es) the command started could not be ended\n".encode())
+        if status is not None:
+            rc = os.waitstatus_to_exitcode(status)
+            code = 128 - rc if rc < 0 else rc
+    finally:
+        try:
+            end_descendants()
+        finally:
+            os._exit(code)
+    raise AssertionError("unreachable")
+
+
+def confine(rules, ports, fs: int, net: int, scoped: int, bpf: bytes, *, is_root: bool, parent_pid: int) -> None:
+    """In the command's process: everything between fork and exec (see the module text)."""
+    import _signal
+
+    for name in _RELAYED:
+        _signal.signal(getattr(_signal, name), _signal.SIG_DFL)  # the reaper's handlers are not the command's
+    ctypes, libc = _libc()
+    # The command dies with its reaper (SPEC §5): the death signal survives exec (not a
+    # setuid one, and no-new-privileges rules those out). If the reaper died before the
+    # prctl, the parent changed already: stop.
+    if libc.prctl(PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0) != 0:
+        raise _fail("setting the parent-death signal", ctypes.get_errno())
+    if os.getppid() != parent_pid:
         raise Refusal("sbxc ended while the sandbox was being set up", "run the command again")
     os.setsid()
     if libc.syscall(ctypes.c_long(_nr("keyctl")), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None) < 0:
