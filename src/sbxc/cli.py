@@ -46,7 +46,9 @@ def main(argv=None) -> int:
         return 2
     module = __import__(entry[0], fromlist=[entry[1]])
     try:
-        return getattr(module, entry[1])(argv[1:])
+        rc = getattr(module, entry[1])(argv[1:])
+        sys.stdout.flush()  # output still buffered would otherwise fail at exit, unhandled
+        return rc
     except BrokenPipeError:
         # The reader went away (`sbxc compile --check | head -1`): nothing is wrong with
         # the policy, and no traceback. Point stdout at /dev/null so the interpreter's
