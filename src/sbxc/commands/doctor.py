@@ -128,14 +128,19 @@ def cache_lines(root: str, uid: int) -> list[str]:
             except cachedir.Unsafe as e:
                 lines.append(f"  {shown}: unsafe, {e.problem}; runs use a throwaway cache" + (f"; fix: {e.fix}" if e.fix else ""))
                 continue
+            except FileNotFoundError:
+                continue  # cleared between the listing and now
             os.close(pfd)
-            rfd = os.open(pid, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
             try:
-                size = cachedir.disk_usage(rfd)
-                if last is None:
-                    last = os.fstat(rfd).st_mtime
-            finally:
-                os.close(rfd)
+                rfd = os.open(pid, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+                try:
+                    size = cachedir.disk_usage(rfd)
+                    if last is None:
+                        last = os.fstat(rfd).st_mtime
+                finally:
+                    os.close(rfd)
+            except FileNotFoundError:
+                continue  # cleared (or being cleared) while it was measured
             when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(last))
             lines.append(f"  {shown}")
             gone = bool(project) and not os.path.isdir(project)
