@@ -578,14 +578,76 @@ def access_at(checks, path: str) -> str:
     return best
 
 
+_PLAN_FIX = "keep plan files outside anything sandboxed commands write (e.g. in a folder of your own outside the project)"
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def check_plan_location(real: str, cwd: str) -> None:
+    """Refuse a ``--plan`` file (``real``: its resolved path) that someone other than the
+    caller, or a sandboxed command, could have written: it must be a regular file owned by
+    the caller or root and not writable by group or others; every folder on the way owned
+    by the caller or root and not writable by group or others, unless sticky (then the next
+    step must be the caller's or root's, which the sticky bit keeps others from replacing);
+    and it must not lie in the current folder's tree, where the commands run and usually
+    write."""
+    uid = os.getuid()
+    trusted = (0, uid)
+    try:
+        st = os.stat(real)
+    except OSError as e:
+        raise Refusal(f"cannot read the plan {one_line(real, 200)} ({e.strerror})",
+                      "check the path; make it with sbxc compile -o PLAN") from None
+    if (st.st_mode & 0o170000) != 0o100000:
+        raise Refusal(f"{one_line(real, 200)} is not a plan file", "make it with sbxc compile -o PLAN")
+    if st.st_uid not in trusted or st.st_mode & 0o022:
+        who = f"owned by uid {st.st_uid}" if st.st_uid not in trusted else f"writable by others (mode {st.st_mode & 0o7777:04o})"
+        raise Refusal(f"the plan {one_line(real, 200)} is {who}, so someone else could have rewritten it",
+                      f"chmod go-w it and own it yourself; {_PLAN_FIX}")
+    if _inside(real, cwd):
+        raise Refusal(f"the plan {one_line(real, 200)} lies in the current folder's tree, where sandboxed commands "
+                      "run, so one could have rewritten it", _PLAN_FIX)
+    # Every folder on the way is owned by the caller or root (so are the file and the
+    # next folder after a sticky one): in a sticky shared folder (/tmp) no one else can
+    # then rename our entries away and put their own in their place.
+    folder = "/"
+    for part in [""] + real.split("/")[1:-1]:
+        folder = folder.rstrip("/") + "/" + part if part else folder
+        try:
+            dst = os.stat(folder)
+        except OSError as e:
+            raise Refusal(f"cannot check {one_line(folder, 200)} on the way to the plan ({e.strerror})", _PLAN_FIX) from None
+        if dst.st_uid not in trusted:
+            fix = _PLAN_FIX
+            from .cachedir import nested_overflow_uid  # error path only
+
+            if dst.st_uid == nested_overflow_uid():
+                # Owners outside this user namespace all show as the overflow uid: root
+                # and any other user alike, so sbxc cannot tell that no one else writes it.
+                fix = "run sbxc outside this user namespace, or use --policy instead of --plan"
+            raise Refusal(f"{one_line(folder, 200)} (on the way to the plan) is owned by uid {dst.st_uid}", fix)
+        if dst.st_mode & 0o022 and not dst.st_mode & 0o1000:
+            raise Refusal(f"{one_line(folder, 200)} (on the way to the plan) is writable by others and not sticky",
+                          _PLAN_FIX)
+
+
 def _load_plan(a: Args, environ, cwd: str, warn) -> dict:
     from . import plancache
 
     if a.plan is not None:
-        pf = plancache.load_planfile(a.plan)
         # A plan the sandbox can rewrite is a plan the previous command chose: it could
-        # have granted itself anything for this run.
+        # have granted itself anything for this run. Its contents cannot vouch for that
+        # (a rewritten plan lists whatever suits it), so its place is checked first, from
+        # the filesystem alone; the plan's own rules are a second opinion below.
         real = os.path.realpath(os.path.join(cwd, a.plan))
+        check_plan_location(real, cwd)
+        pf = plancache.load_planfile(real)
+        project = (pf.get("runtime") or {}).get("project") or ""
+        if isinstance(project, str) and project.startswith("/") and _inside(real, os.path.realpath(project)):
+            raise Refusal(f"the plan {one_line(real, 200)} lies in its own project {one_line(project, 200)}, where "
+                          "sandboxed commands usually write, so one could have rewritten it", _PLAN_FIX)
         checks = (pf.get("runtime") or {}).get("checks") or ()
         if access_at(checks, real) == "write":
             raise Refusal(f"the plan {one_line(real, 200)} lies where this plan lets commands write, so a "
@@ -646,9 +708,11 @@ def exec_main(argv) -> int:
         for w in warnings:
             sys.stderr.write(one_line(w) + "\n")
         # Policy files usually lie in the project, which the command may write: watch
-        # them, so that a command that rewrote its own policy (to loosen the next run) is
-        # named after it ends. A --plan file is a fixed artefact: nothing to watch.
-        return launch(pf, a.cmd, environ, cwd, watch=pf.get("sources") if a.plan is None else ())
+        # them, so that a command that rewrote, planted or removed a policy (to loosen the
+        # next run) is named after it ends and that policy refused until accepted. Watched:
+        # the plan's own sources (--policy or discovery) and every discovery candidate
+        # from here up (also for --plan: its command may plant one for a later run).
+        return launch(pf, a.cmd, environ, cwd, watch=policy_watch(pf.get("sources") if a.plan is None else (), cwd))
     except Refusal as r:
         sys.stderr.write(r.line() + "\n")
         return REFUSED
@@ -661,20 +725,46 @@ def exec_main(argv) -> int:
         return REFUSED
 
 
-def warn_changed_policies(watch) -> None:
-    """One warning line per policy file whose contents differ from ``watch`` ((path, sha256)
-    pairs as the plan recorded them, builtins skipped)."""
-    from .plancache import _file_sha
+def policy_watch(sources, cwd: str) -> list:
+    """(path, state) pairs to compare after the run: the plan's absolute sources with the
+    sha256 the plan was built from (just verified by the plan cache or the compiler), and
+    every discovery candidate from ``cwd`` up with its state now ("" missing). Most
+    candidates do not exist: one failed open each."""
+    from .plancache import candidates, policy_state
 
-    for path, digest in watch or ():
-        if isinstance(path, str) and path.startswith("/") and _file_sha(path) != digest:
-            sys.stderr.write(f"sbxc: warning: the policy file {one_line(path, 300)} changed while the command ran; "
-                             "review the change before the next run (a sandboxed command may have loosened it)\n")
+    watch = [(p, d) for p, d in sources or () if isinstance(p, str) and p.startswith("/")]
+    seen = {p for p, _d in watch}
+    for cand in candidates(cwd):
+        if cand not in seen:
+            watch.append((cand, policy_state(cand)))
+    return watch
+
+
+def note_policy_changes(watch) -> None:
+    """After the command (and every process of its sandbox) has ended: for each watched
+    policy file that appeared, changed or vanished, one warning line, and a taint entry in
+    the plans folder so that the next ``exec`` refuses it until it is accepted."""
+    from .plancache import policy_state, record_taints
+
+    changed = []
+    for path, before in watch or ():
+        now = policy_state(path)
+        if now == before:
+            continue
+        changed.append((path, now))
+        shown = one_line(path, 300)
+        what = "appeared" if not before else ("was removed" if not now else "changed")
+        sys.stderr.write(f"sbxc: warning: the policy file {shown} {what} while the command ran (a sandboxed command "
+                         f"may have loosened the next run); sbxc refuses it until you review it and run "
+                         f"'sbxc compile --check{'' if not now else ' ' + shown}'\n")
+    if changed and not record_taints(changed):
+        sys.stderr.write("sbxc: warning: the plan cache folder is unusable, so the next run cannot refuse these "
+                         "policy files; review them before running sbxc again\n")
 
 
 def launch(pf: dict, cmd: list, environ, cwd: str, watch=()) -> int:
-    """Run ``cmd`` under the loaded plan file ``pf``; 125 on any refusal. ``watch``: policy
-    files to check for changes once the command has ended."""
+    """Run ``cmd`` under the loaded plan file ``pf``; 125 on any refusal. ``watch``: (policy
+    file, state) pairs to check for changes once the command has ended (``policy_watch``)."""
     try:
         if not isinstance(pf, dict) or pf.get("format") != "sbxc-plan/1":
             raise Refusal("the plan file has an unknown format", "recompile it with this sbxc (sbxc compile -o PLAN)")
@@ -713,7 +803,9 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=()) -> int:
             # on bwrap (narrowed to no network). Under Landlock the listed ports stay open.
             net_off = ctx.network == "off" or (ctx.network == "rules" and backend == "bwrap")
             status = run(spec, net_off)
-            warn_changed_policies(watch)
+            # Only now: every process of the sandbox is gone (a later write would escape the
+            # comparison). Keep this after any post-exit clean-up of the sandbox's processes.
+            note_policy_changes(watch)
             return status
         finally:
             cache.cleanup()
