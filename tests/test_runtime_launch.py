@@ -54,6 +54,7 @@ def test_refusal_line_is_one_printable_line():
 
 @pytest.mark.parametrize("msg,word", [
     ("bwrap: No permissions to creating new namespace, likely because the kernel does not allow non-privileged user namespaces.", "user namespace"),
+    ("bwrap: No permissions to create new namespace, likely because the kernel does not allow non-privileged user namespaces.", "user namespace"),
     ("bwrap: Creating new namespace failed: Operation not permitted", "namespace"),
     ("bwrap: setting up uid map: Permission denied", "uid"),
     ("bwrap: loopback: Failed RTM_NEWADDR: Operation not permitted", "loopback"),

@@ -49,6 +49,8 @@ _USERNS_FIX = (
 # (substring of bwrap's stderr, cause, fix), first match wins. bwrap prefixes its own
 # messages with "bwrap: "; these are the ones it prints before the command starts.
 BWRAP_FAILURES: tuple[tuple[str, str, str], ...] = (
+    # bwrap before 0.5 said "creating"; 0.5 and later (Debian 12's 0.8.0) say "create".
+    ("No permissions to create new namespace", "the kernel refused bwrap a new user namespace", _USERNS_FIX),
     ("No permissions to creating new namespace", "the kernel refused bwrap a new user namespace", _USERNS_FIX),
     ("Creating new namespace failed", "the kernel refused bwrap a new namespace", _USERNS_FIX),
     ("setting up uid map", "bwrap could not map the caller's uid in the new user namespace", _USERNS_FIX),
