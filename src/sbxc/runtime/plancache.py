@@ -439,13 +439,43 @@ def compiler_stamp() -> str:
     return "|".join(parts)
 
 
+_USERNS_KNOBS = (
+    "/proc/sys/user/max_user_namespaces",
+    "/proc/sys/kernel/unprivileged_userns_clone",  # Debian's switch
+    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",  # Ubuntu 24.04's
+)
+
+
+def userns_facts() -> str:
+    """What decides whether bwrap can make its namespaces, read cheaply: the kernel's knobs
+    and whether this process already runs under a seccomp filter (a container, another
+    sandbox), which may forbid new namespaces. ``backend: auto`` chose bwrap or Landlock
+    from these; when they change, a cached plan's choice may no longer hold, so they are
+    part of the cache key (the full probe, a trial bwrap run, happens on the miss)."""
+    parts = []
+    for path in _USERNS_KNOBS:
+        try:
+            with open(path, "rb") as f:
+                parts.append(f.read(32).strip().decode("ascii", "replace"))
+        except OSError:
+            parts.append("-")
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f.read().split(b"\n"):
+                if line.startswith((b"Seccomp:", b"Seccomp_filters:", b"NoNewPrivs:")):
+                    parts.append(line.split(b":", 1)[1].strip().decode("ascii", "replace"))
+    except OSError:
+        parts.append("-")
+    return ",".join(parts)
+
+
 def plan_for_policy(policy, backend, network, environ, cwd: str, warn) -> dict:
     """The plan for ``policy`` (None: discovery) with the flags, from the cache or compiled."""
     ref = policy_ref(policy, cwd)
     bwrap = _which_bwrap(environ)
     key_src = "\x00".join((
         __version__, ref, cwd, backend or "", network or "", str(os.getuid()),
-        environ.get("HOME", ""), bwrap, os.uname().machine, compiler_stamp(),
+        environ.get("HOME", ""), bwrap, os.uname().machine, compiler_stamp(), userns_facts(),
     ))
     name = "p-" + _hex(key_src.encode("utf-8", "surrogateescape"))
     dir_fd = open_plans_dir()
