@@ -18,9 +18,12 @@ from .plan import Plan, Span
 POLICY_NAME = "sandbox.policy.yaml"
 DEFAULT_POLICY = "builtin:default"
 COMMAND_LINE = Span("<command line>", 0, 0)
-# A file that could not be loaded, or whose format or extends chain is broken.
+# A file that could not be loaded, is of another format, or whose extends chain loops,
+# runs too deep, or may not be trusted. A missing `sbxc:` key or one extends target that
+# cannot be found is not fatal: the files that did load are still checked, so every
+# problem comes out in one run.
 _FATAL = frozenset({"SBX001", "SBX002", "SBX003", "SBX004", "SBX005", "SBX006", "SBX008", "SBX009",
-                    "SBX016", "SBX017", "SBX021", "SBX022", "SBX024", "SBX025"})
+                    "SBX017", "SBX022", "SBX024", "SBX025"})
 
 
 @dataclass(frozen=True, slots=True)
