@@ -36,3 +36,12 @@ def test_closed_pipe_gives_no_traceback():
     err = p.stderr.decode()
     assert "Traceback" not in err and "BrokenPipe" not in err, err
     assert p.returncode == 141
+
+
+def test_compile_alone_prints_the_plan(tmp_path):
+    import json
+
+    (tmp_path / "sandbox.policy.yaml").write_text("sbxc: 1\nextends: [builtin:default]\n")
+    r = sbxc("compile", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["format"] == "sbxc-plan/1"

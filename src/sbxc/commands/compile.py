@@ -53,6 +53,8 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
         return 2
     except SystemExit as e:  # --help
         return 0 if e.code in (0, None) else 2
+    if not args.check and not args.output:
+        args.output = "-"  # `sbxc compile` alone prints the plan, as `-o -` does
     if host is None:
         host = probe(environ)
     overrides = {}
