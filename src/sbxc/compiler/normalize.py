@@ -486,6 +486,11 @@ def normalize(m: Merged, ctx: Context, root_dir: str) -> Optional[Plan]:
     be = s.get("landlock.best_effort")
     landlock = LandlockPlan(mina.value if mina else 1, bool(be.value) if be else False)
     workspace = tuple(sorted((k.split(".", 1)[1], v.value) for k, v in s.items() if k.startswith("workspace.")))
+    for k, v in sorted(s.items()):
+        if k.startswith("workspace."):
+            # The quotas are kept in the plan, but nothing runs sessions yet: say so
+            # rather than let a quota look enforced.
+            diags.append(diag("SBX045", v.span, key=k))
     backend_s = s.get("backend")
 
     if any(d.severity == "error" for d in diags):
