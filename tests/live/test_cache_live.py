@@ -141,6 +141,9 @@ def find_files(top, name):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_pip_cache_survives_between_commands(ws, backend):
+    if backend == "landlock" and os.geteuid() == 0:
+        pytest.skip("as root, Landlock refuses chmod, which building a wheel needs (SECURITY.md, metadata); "
+                    "the unprivileged run covers this case")
     links = make_sdist(ws.path)
     proj = ws.project("proj")
     d = ws.cache_dir(proj)
@@ -390,8 +393,13 @@ def test_doctor_size_matches_du_and_clear_empties(ws, backend):
     proj = ws.project("proj")
     d = ws.cache_dir(proj)
     r = sh(proj, backend, 'head -c 300000 /dev/urandom > "$XDG_CACHE_HOME/blob"; mkdir -p "$GOMODCACHE/m@v1" '
-                          '&& echo x > "$GOMODCACHE/m@v1/f" && chmod -R a-w "$GOMODCACHE/m@v1"')
+                          '&& echo x > "$GOMODCACHE/m@v1/f"')
     assert r.returncode == 0, r.stderr
+    # Go leaves its module folders read-only; clearing must cope. Done from the host: as
+    # root on Landlock, chmod is refused inside (SECURITY.md, metadata).
+    for dp, dns, _fns in os.walk(d):
+        if "m@v1" in dns:
+            subprocess.run(["chmod", "-R", "a-w", os.path.join(dp, "m@v1")], check=True)
     doc = subprocess.run(SBXC + ["doctor"], cwd=proj, capture_output=True, text=True, env=clean_env(), timeout=120)
     assert doc.returncode == 0, doc.stdout + doc.stderr
     lines = doc.stdout.splitlines()

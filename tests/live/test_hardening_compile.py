@@ -198,8 +198,13 @@ def test_no_setuid_or_setgid_bit_on_host_files(sbxc, backend):
     eperm = 1
     for key in ("chmod-suid", "chmod-sgid", "chmod-both", "fchmod-suid", "create-suid", "create-sgid", "mknod-suid"):
         assert got[key] == eperm, (key, got)
-    # control: ordinary mode changes and creations work (chmod +x of a script, pip's way)
-    assert got["chmod-plain"] == "ok" and got["create-plain"] == "0o755", got
+    # control: ordinary mode changes and creations work (chmod +x of a script, pip's way);
+    # as root on Landlock every chmod is refused (no Landlock ABI limits it to the project)
+    if backend == "landlock" and os.geteuid() == 0:
+        assert got["chmod-plain"] == eperm, got
+    else:
+        assert got["chmod-plain"] == "ok", got
+    assert got["create-plain"] == "0o755", got
     # nothing with a setuid/setgid bit reached the host
     for dirpath, _dirs, files in os.walk(sbxc.project):
         for n in files:

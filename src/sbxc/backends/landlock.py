@@ -158,10 +158,15 @@ def listing_dirs(plan: Plan) -> tuple[str, ...]:
     return tuple(sorted(need))
 
 
+METADATA_GAP = ("the mode bits (not setuid/setgid: seccomp refuses those), group, extended attributes, "
+                "ACLs and times of files the caller owns can still change (no Landlock ABI covers metadata)")
+
+
 class _Lowering:
     def __init__(self, plan: Plan, host):
         self.plan = plan
         self.host = host
+        self.host_is_root = getattr(host, "uid", 1) == 0
         self.listings = {d: entries for d, entries in (getattr(host, "listings", ()) or ())}
         self.rules = _effective_rules(plan)
         self.dev_rule = next((r for r in self.rules if r.origin == DEV_ORIGIN), None)
@@ -252,17 +257,16 @@ class _Lowering:
         self._read_only_partial(r, subject, costs)
 
     def _read_only_partial(self, r: PathRule, subject: str, costs: list) -> None:
+        # As root, seccomp refuses every metadata call (ROOT_METADATA_DENY): nothing to add.
+        meta = "" if self.host_is_root else METADATA_GAP
         if costs:
             why = "stricter rules beneath it: " + "; ".join(costs)
-            if r.access == READ:
-                why += "; chmod, chown, extended attributes and times of files the caller owns can still change (no Landlock ABI covers metadata)"
-                self.v(subject, PARTIAL, r.span, why)
+            if r.access == READ and meta:
+                self.v(subject, PARTIAL, r.span, why + "; " + meta)
             else:
                 self.v(subject, NARROWED, r.span, why)
-        elif r.access == READ:
-            self.v(subject, PARTIAL, r.span,
-                   "chmod, chown, extended attributes and times of files the caller owns can still change "
-                   "(no Landlock ABI covers metadata)")
+        elif r.access == READ and meta:
+            self.v(subject, PARTIAL, r.span, meta)
         else:
             self.v(subject, ENFORCED, r.span)
 
@@ -379,8 +383,14 @@ def lower(plan: Plan, host) -> Lowered:
             "the entries of " + ", ".join(sorted(L.unlisted)) + " were not gathered at compile time; they get no rights")
 
     try:
-        bpf = seccomp.compile_filter(plan.syscalls, getattr(host, "arch", "x86_64"), purpose="landlock", network=net)
+        bpf = seccomp.compile_filter(plan.syscalls, getattr(host, "arch", "x86_64"), purpose="landlock", network=net,
+                                     root_metadata=L.host_is_root)
         L.v("syscalls", ENFORCED, BUILTIN_SPAN)
+        if L.host_is_root:
+            L.v("metadata (root)", NARROWED, BUILTIN_SPAN,
+                "as root, chmod, chown and extended attributes (ACLs) are refused everywhere: no Landlock ABI "
+                "covers metadata, and root owns every root-owned file on the host (chmod of the command's own "
+                "outputs fails too; times can still change); use bwrap for root")
     except (ValueError, OSError, ImportError) as e:  # unknown name, unsupported arch, no libseccomp
         bpf = b""  # the runner refuses a plan without a filter
         L.v("syscalls", NOT_ENFORCEABLE, BUILTIN_SPAN, f"the seccomp filter could not be built: {e}")

@@ -104,6 +104,20 @@ BUILTIN_ARG_FILTERS: dict[str, str] = {
     "openat2": "its mode lives in memory a filter cannot read; ENOSYS (as before Linux 5.6) makes callers use openat, which is filtered",
 }
 
+# Refused outright for uid 0 on Landlock. No Landlock ABI covers metadata, and after the
+# capabilities are dropped root still owns every root-owned file on the host: it could
+# `chmod 666 /etc/shadow`, `chmod o+w /etc/cron.d`, or grant others access through a POSIX
+# ACL (an xattr) through a read-only rule. Unlike a plain user's own files, that is the
+# whole system, so these calls are refused everywhere (the report says `narrowed`: builds
+# that chmod their own outputs fail as root). Times stay allowed: changing them exposes
+# nothing and archive tools set them on every file they unpack.
+ROOT_METADATA_DENY: dict[str, str] = {
+    name: "as root on Landlock, metadata changes would reach every root-owned file on the host"
+    for name in ("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
+                 "setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr", "lremovexattr",
+                 "fremovexattr", "removexattrat")
+}
+
 # Denied with another errno than EPERM, and why.
 _ERRNO_OVERRIDE = {
     # glibc (2.34+) tries clone3 first and falls back to clone only on ENOSYS; EPERM
@@ -245,8 +259,11 @@ def _socket_rules(s, f, eperm, syscalls: SyscallPlan, network: Network) -> None:
         _deny_values(s, f, eperm, "socketpair", 1, (SOCK_STREAM, SOCK_SEQPACKET), SOCK_TYPE_MASK + 1, mask=SOCK_TYPE_MASK)
 
 
-def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Network, optimize: bool = True):
-    """The libseccomp filter object (exposed for the benchmark and the tests)."""
+def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Network, optimize: bool = True,
+                 root_metadata: bool = False):
+    """The libseccomp filter object (exposed for the benchmark and the tests).
+
+    ``root_metadata``: also refuse every call in ``ROOT_METADATA_DENY`` (Landlock as uid 0)."""
     if purpose not in ("bwrap", "landlock"):
         raise ValueError(f"seccomp: unknown purpose {purpose!r}")
     s = _pyseccomp()
@@ -274,6 +291,11 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
         f.add_rule(s.ERRNO(_ERRNO_OVERRIDE.get(name, errno.EPERM)), name)
 
     denied = set(syscalls.deny)
+    if root_metadata:
+        for name in sorted(ROOT_METADATA_DENY):
+            if name not in denied and _exists(s, native, name):
+                f.add_rule(eperm, name)
+                denied.add(name)  # no argument filters below for a call refused outright
     # The kernel reads ioctl's request as an unsigned int: compare the low 32 bits only,
     # so high garbage bits in the register cannot slip past.
     if "ioctl" not in denied:
@@ -339,13 +361,14 @@ def export(f) -> bytes:
         return t.read()
 
 
-def compile_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Network) -> bytes:
+def compile_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Network,
+                   root_metadata: bool = False) -> bytes:
     """BPF bytes (struct sock_filter[], host byte order) for ``seccomp(SECCOMP_SET_MODE_FILTER)``.
 
     ``purpose="bwrap"``: the deny list and argument filters; bwrap's namespaces do the
     rest. ``purpose="landlock"``: also the socket rules that close Landlock's gaps.
     """
-    return export(build_filter(syscalls, arch, purpose=purpose, network=network))
+    return export(build_filter(syscalls, arch, purpose=purpose, network=network, root_metadata=root_metadata))
 
 
 def instruction_count(bpf: bytes) -> int:
