@@ -158,7 +158,8 @@ for name, mode in (("suid", 0o4755), ("sgid", 0o2755), ("both", 0o6755), ("plain
         out["chmod-" + name] = "ok"
     except OSError as e:
         out["chmod-" + name] = e.errno
-    os.chmod(f, 0o644) if name == "plain" else None
+    if name == "plain" and out["chmod-plain"] == "ok":
+        os.chmod(f, 0o644)
 fd = os.open(f, os.O_RDONLY)
 try:
     os.fchmod(fd, 0o4755)
