@@ -365,17 +365,17 @@ def lower(plan: Plan, host) -> Lowered:
     abi_needed = max(ABI_TRUNCATE, ABI_IOCTL, ABI_SCOPES, ABI_NET if net.mode != NET_ON else 0, plan.landlock.min_abi)
     host_abi = getattr(host, "landlock_abi", 0)
     if host_abi < plan.landlock.min_abi:
-        L.v("landlock.min_abi", NOT_ENFORCEABLE, BUILTIN_SPAN,
+        L.v("landlock.min_abi", NOT_ENFORCEABLE, plan.landlock.span,
             f"this kernel has Landlock ABI {host_abi}, the policy asks for at least {plan.landlock.min_abi}")
     elif host_abi < abi_needed:
         fs, netr, scopes, _ = ll.rights_for_abi(host_abi)
         lost = ll.fs_names(ALL_FS & ~fs) + ll.net_names(handled_net & ~netr) + ll.scope_names(
             (ll.SCOPE_ABSTRACT_UNIX_SOCKET | ll.SCOPE_SIGNAL) & ~scopes)
         if plan.landlock.best_effort:
-            L.v("landlock.best_effort", PARTIAL, BUILTIN_SPAN,
+            L.v("landlock.best_effort", PARTIAL, plan.landlock.span,
                 f"this kernel has Landlock ABI {host_abi} (the plan uses {abi_needed}); not enforced: {', '.join(lost)}")
         else:
-            L.v("landlock", NOT_ENFORCEABLE, BUILTIN_SPAN,
+            L.v("landlock", NOT_ENFORCEABLE, plan.landlock.span,
                 f"this kernel has Landlock ABI {host_abi}, the plan needs {abi_needed} for {', '.join(lost)}; "
                 "set landlock.best_effort: true to run without them")
     if L.unlisted:

@@ -484,7 +484,8 @@ def normalize(m: Merged, ctx: Context, root_dir: str) -> Optional[Plan]:
 
     mina = s.get("landlock.min_abi")
     be = s.get("landlock.best_effort")
-    landlock = LandlockPlan(mina.value if mina else 1, bool(be.value) if be else False)
+    landlock = LandlockPlan(mina.value if mina else 1, bool(be.value) if be else False,
+                            (mina or be).span if (mina or be) and (mina or be).span else BUILTIN_SPAN)
     workspace = tuple(sorted((k.split(".", 1)[1], v.value) for k, v in s.items() if k.startswith("workspace.")))
     for k, v in sorted(s.items()):
         if k.startswith("workspace."):

@@ -133,6 +133,8 @@ class SyscallPlan:
 class LandlockPlan:
     min_abi: int = 1
     best_effort: bool = False
+    span: Span = BUILTIN_SPAN
+    """Where ``landlock.min_abi`` (else ``landlock.best_effort``) was set."""
 
 
 @dataclass(frozen=True, slots=True)
