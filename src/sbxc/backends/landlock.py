@@ -252,6 +252,12 @@ class _Lowering:
         if rights & ~g:
             lost = ll.fs_names(rights & ~g)
             costs.append(f"{r.path} itself and names created in it later lack {', '.join(lost)}")
+            if r.access == WRITE and rights & ~g & (ll.FS_MAKE_REG | ll.FS_REMOVE_FILE):
+                # Said plainly, since the rights' names do not: the author may prefer to
+                # drop the protecting rule than to lose this.
+                costs.append(f"so no file can be created, removed or renamed directly in {r.path} "
+                             "(tools that do so there fail: git commit, when it is the project or its .git, "
+                             "editors' save-by-rename)")
             self.split(r.path, rights & ~g, costs)
             costs.append("entries created after compile time anywhere on the way to the stricter rules below get only the reduced rights")
         self._read_only_partial(r, subject, costs)
