@@ -45,3 +45,9 @@ def test_compile_alone_prints_the_plan(tmp_path):
     r = sbxc("compile", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["format"] == "sbxc-plan/1"
+
+
+def test_exec_help_exits_zero_and_runs_nothing(tmp_path):
+    r = sbxc("exec", "--help", "--", "touch", str(tmp_path / "ran"), cwd=tmp_path)
+    assert r.returncode == 0 and "usage: sbxc exec" in r.stdout
+    assert not (tmp_path / "ran").exists()

@@ -95,6 +95,10 @@ _OVERLAP = max(len(p) for p in NETWORK_PATTERNS) - 1
 _FORWARD = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH")
 
 
+class HelpAsked(Exception):
+    """``exec --help`` (before ``--``): print the usage and exit 0."""
+
+
 class LaunchSpec:
     __slots__ = ("argv", "env", "pass_fds", "child_setup", "exec_is_command", "started",
                  "setup_failed", "command_status", "cleanups", "own_pgrp", "signal_target", "after_exit")
@@ -172,7 +176,7 @@ def parse_args(argv: list) -> Args:
         elif name == "--no-network":
             a.network = "off"
         elif name in ("-h", "--help"):
-            raise Refusal("help asked for", USAGE)
+            raise HelpAsked()
         else:
             raise Refusal(f"unknown option {one_line(arg, 60)!r} for exec", USAGE)
         i += 1
@@ -697,7 +701,11 @@ def exec_main(argv) -> int:
     environ = os.environ
     _fill_std_fds()
     try:
-        a = parse_args(list(argv))
+        try:
+            a = parse_args(list(argv))
+        except HelpAsked:
+            sys.stdout.write(USAGE + "\n")
+            return 0
         try:
             cwd = os.getcwd()
         except OSError:
