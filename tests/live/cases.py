@@ -215,3 +215,9 @@ def main(argv) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def landlock_abi() -> int:
+    from sbxc.runtime.probe import landlock_abi as abi
+
+    return abi()

@@ -258,3 +258,15 @@ def have():
         return p
 
     return need
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """The shared case tree (cases.build_tree) in a folder every user can traverse."""
+    import cases
+
+    os.chmod(tmp_path, 0o755)
+    root = str(tmp_path / "tree")
+    os.makedirs(root)
+    cases.build_tree(root)
+    return root

@@ -16,31 +16,15 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cases  # noqa: E402
-from cases import make_plan, rule, run_plan  # noqa: E402
-from conftest import base_env, sbxc_argv  # noqa: E402
+from cases import landlock_abi, make_plan, rule, run_plan  # noqa: E402
+from conftest import SANDBOX_PYTHON, base_env, sbxc_argv  # noqa: E402
 
 pytestmark = pytest.mark.live
 
-PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # see conftest.SANDBOX_PYTHON
+PY = SANDBOX_PYTHON
 
-
-def _abi() -> int:
-    from sbxc.runtime.probe import landlock_abi
-
-    return landlock_abi()
-
-
-if _abi() < 6:
-    pytest.skip(f"Landlock ABI {_abi()} here; these tests need 6", allow_module_level=True)
-
-
-@pytest.fixture
-def tree(tmp_path):
-    os.chmod(tmp_path, 0o755)
-    root = str(tmp_path / "tree")
-    os.makedirs(root)
-    cases.build_tree(root)
-    return root
+if landlock_abi() < 6:
+    pytest.skip(f"Landlock ABI {landlock_abi()} here; these tests need 6", allow_module_level=True)
 
 
 def _alive(pid: int) -> bool:

@@ -15,30 +15,15 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cases  # noqa: E402
-from cases import make_plan, rule, run_plan  # noqa: E402
+from cases import landlock_abi, make_plan, rule, run_plan  # noqa: E402
+from conftest import SANDBOX_PYTHON  # noqa: E402
 
 pytestmark = pytest.mark.live
 
-PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # see conftest.SANDBOX_PYTHON
+PY = SANDBOX_PYTHON
 
-
-def _abi() -> int:
-    from sbxc.runtime.probe import landlock_abi
-
-    return landlock_abi()
-
-
-if _abi() < 6:
-    pytest.skip(f"Landlock ABI {_abi()} here; these tests need 6", allow_module_level=True)
-
-
-@pytest.fixture
-def tree(tmp_path):
-    os.chmod(tmp_path, 0o755)
-    root = str(tmp_path / "tree")
-    os.makedirs(root)
-    cases.build_tree(root)
-    return root
+if landlock_abi() < 6:
+    pytest.skip(f"Landlock ABI {landlock_abi()} here; these tests need 6", allow_module_level=True)
 
 
 def _plan(root, **kw):
@@ -323,7 +308,7 @@ def test_keyring_is_fresh(tree, tmp_path):
 def test_min_abi_above_kernel_refused(tree, tmp_path):
     r = _run(tree, tmp_path, ["/bin/true"], min_abi=99)
     assert r.rc == 125
-    assert f"ABI is {_abi()}" in r.err and "99" in r.err
+    assert f"ABI is {landlock_abi()}" in r.err and "99" in r.err
 
 
 def test_no_leftovers(tree, tmp_path):

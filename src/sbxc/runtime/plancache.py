@@ -62,6 +62,15 @@ def open_plans_dir(create: bool = True) -> int:
         os.close(root_fd)
 
 
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        b = os.read(fd, 1 << 20)
+        if not b:
+            return b"".join(chunks)
+        chunks.append(b)
+
+
 def _read_entry(dir_fd: int, name: str):
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
@@ -71,14 +80,9 @@ def _read_entry(dir_fd: int, name: str):
         st = os.fstat(fd)
         if st.st_uid != os.getuid() or (st.st_mode & 0o170000) != 0o100000 or st.st_size > MAX_PLAN_BYTES:
             return None
-        chunks = []
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                break
-            chunks.append(b)
+        data = _read_all(fd)
         try:
-            entry = marshal.loads(b"".join(chunks))
+            entry = marshal.loads(data)
         except (EOFError, ValueError, TypeError):
             return None
         return entry if isinstance(entry, dict) and entry.get("v") == ENTRY_VERSION else None
@@ -289,15 +293,9 @@ def load_planfile(path: str) -> dict:
         st = os.fstat(fd)
         if (st.st_mode & 0o170000) != 0o100000 or st.st_size > MAX_PLAN_BYTES:
             raise Refusal(f"{one_line(path, 200)} is not a plan file", "make it with sbxc compile -o PLAN")
-        chunks = []
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                break
-            chunks.append(b)
+        data = _read_all(fd)
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     name = "f-" + _hex(data)
     dir_fd = open_plans_dir()
     try:
