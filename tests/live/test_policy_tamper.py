@@ -232,3 +232,98 @@ def test_taints_are_out_of_reach_with_a_custom_cache_root(sbxc, backend, tmp_pat
             os.rename(droot + ".moved", droot)
         remove_project_cache(sbxc.project, root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ second review's bypasses
+
+def test_taint_holds_through_a_linked_folder(sbxc, accept_all, tmp_path):
+    """The same file reached through a folder link is the same file: changed through one
+    spelling, it stays refused through the other."""
+    project, home = sbxc.project, sbxc.home
+    ppath = os.path.join(project, "sandbox.policy.yaml")
+    with open(ppath, "w") as f:
+        f.write(POLICY)
+    link = str(tmp_path / "link")
+    os.symlink(project, link)
+    accept_all(ppath)
+    # From outside the project (home), so that only the linked spelling is watched.
+    r = _exec(home, home, "sh", "-c", f"printf '{PLANTED}' > {ppath}",
+              args=("--policy", os.path.join(link, "sandbox.policy.yaml")))
+    assert r.rc == 0 and "changed while the command ran" in r.err, r
+    marker = os.path.join(project, "marker")
+    r = _exec(home, project, "touch", marker)  # discovery, through the real path
+    assert r.rc == 125 and "was written by a sandboxed command" in r.err, r
+    assert not os.path.exists(marker)
+
+
+def test_oversized_policy_is_not_hashed_and_is_tainted(sbxc, accept_all):
+    """A sparse 1 TiB file named like a policy must not hold sbxc after the run."""
+    project, home = sbxc.project, sbxc.home
+    sub = os.path.join(project, "src")
+    cand = os.path.join(sub, "sandbox.policy.yaml")
+    accept_all(cand)
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write(POLICY)
+    r = run(sbxc_argv("exec", "--", "truncate", "-s", "1T", cand), env=base_env(home), cwd=sub, timeout=60)
+    assert r.rc == 0 and "appeared while the command ran" in r.err, r
+    os.unlink(cand)
+
+
+def test_taint_is_recorded_when_the_reserve_is_needed(sbxc, accept_all, monkeypatch):
+    """A taint write that fails (a full disk) is retried after freeing the reserved space;
+    only when that fails too does sbxc say it could not record it."""
+    from sbxc.runtime import plancache
+
+    fd = plancache.open_plans_dir()
+    assert fd >= 0
+    try:
+        plancache.ensure_reserve(fd)
+        assert os.stat(plancache.RESERVE_NAME, dir_fd=fd).st_size == plancache.RESERVE_BYTES
+    finally:
+        os.close(fd)
+    path = os.path.join(sbxc.project, "sandbox.policy.yaml")
+    accept_all(path)
+    real_write = plancache._write_entry
+    calls = []
+
+    def first_write_fails(dir_fd, name, entry, trim=True):
+        calls.append(name)
+        if len(calls) == 1:
+            return False  # as ENOSPC would
+        return real_write(dir_fd, name, entry, trim)
+
+    monkeypatch.setattr(plancache, "_write_entry", first_write_fails)
+    assert plancache.record_taints([(path, "0" * 64)])
+    fd = plancache.open_plans_dir()
+    try:
+        assert plancache.read_taint(fd, path) == "0" * 64
+        # the reserve was spent on it, then made again
+        assert os.stat(plancache.RESERVE_NAME, dir_fd=fd).st_size == plancache.RESERVE_BYTES
+    finally:
+        os.close(fd)
+
+
+def test_plan_under_the_cache_root_is_refused(sbxc, tmp_path):
+    """The project's cache folder is writable inside every run: a plan kept there could
+    have been rewritten by one."""
+    project, home = sbxc.project, sbxc.home
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write(POLICY)
+    r = run(sbxc_argv("cache", "path"), env=base_env(home), cwd=project)
+    cache_dir = r.out.strip().splitlines()[0]
+    os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+    plan = os.path.join(cache_dir, "plan.json")
+    r = run(sbxc_argv("compile", "-o", plan), env=base_env(home), cwd=project)
+    assert r.rc == 0, r
+    marker = str(tmp_path / "ran")
+    r = run(sbxc_argv("exec", "--plan", plan, "--", "touch", marker), env=base_env(home), cwd=str(tmp_path))
+    assert r.rc == 125 and "cache root" in r.err, r
+    assert not os.path.exists(marker)
+    # control: the same plan elsewhere (outside cwd, project and cache) runs
+    safe = str(tmp_path / "plans")
+    os.mkdir(safe, 0o700)
+    os.rename(plan, os.path.join(safe, "plan.json"))
+    in_project = os.path.join(project, "ran")  # under /tmp only the project is the host's
+    r = run(sbxc_argv("exec", "--plan", os.path.join(safe, "plan.json"), "--", "touch", in_project),
+            env=base_env(home), cwd=home)
+    assert r.rc == 0 and os.path.exists(in_project), r

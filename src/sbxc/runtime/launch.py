@@ -613,6 +613,10 @@ def check_plan_location(real: str, cwd: str) -> None:
     if _inside(real, cwd):
         raise Refusal(f"the plan {one_line(real, 200)} lies in the current folder's tree, where sandboxed commands "
                       "run, so one could have rewritten it", _PLAN_FIX)
+    default_root = f"/var/tmp/sbxc-{uid}"  # as sbxc.cache.default_root (not imported: hot path)
+    if _inside(real, default_root):
+        raise Refusal(f"the plan {one_line(real, 200)} lies under the cache root {default_root}, whose project "
+                      "folders sandboxed commands write", _PLAN_FIX)
     # Every folder on the way is owned by the caller or root (so are the file and the
     # next folder after a sticky one): in a sticky shared folder (/tmp) no one else can
     # then rename our entries away and put their own in their place.
@@ -652,6 +656,10 @@ def _load_plan(a: Args, environ, cwd: str, warn) -> dict:
         if isinstance(project, str) and project.startswith("/") and _inside(real, os.path.realpath(project)):
             raise Refusal(f"the plan {one_line(real, 200)} lies in its own project {one_line(project, 200)}, where "
                           "sandboxed commands usually write, so one could have rewritten it", _PLAN_FIX)
+        cache_root = ((pf.get("runtime") or {}).get("cache") or {}).get("root") or ""
+        if isinstance(cache_root, str) and cache_root.startswith("/") and _inside(real, os.path.realpath(cache_root)):
+            raise Refusal(f"the plan {one_line(real, 200)} lies under its own cache root {one_line(cache_root, 200)}, "
+                          "whose project folders sandboxed commands write", _PLAN_FIX)
         checks = (pf.get("runtime") or {}).get("checks") or ()
         if access_at(checks, real) == "write":
             raise Refusal(f"the plan {one_line(real, 200)} lies where this plan lets commands write, so a "
@@ -756,18 +764,22 @@ def note_policy_changes(watch) -> None:
 
     changed = []
     for path, before in watch or ():
-        now = policy_state(path)
-        if now == before:
-            continue
-        changed.append((path, now))
+        now = policy_state(path)  # bounded: an oversized file is not hashed
+        if now != before:
+            changed.append((path, before, now))
+    if not changed:
+        return
+    # Recorded first, printed after: an interrupt while printing must not lose the taints.
+    recorded = record_taints([(path, now) for path, _before, now in changed])
+    for path, before, now in changed:
         shown = one_line(path, 300)
         what = "appeared" if not before else ("was removed" if not now else "changed")
         sys.stderr.write(f"sbxc: warning: the policy file {shown} {what} while the command ran (a sandboxed command "
                          f"may have loosened the next run); sbxc refuses it until you review it and run "
                          f"'sbxc compile --check{'' if not now else ' ' + shown}'\n")
-    if changed and not record_taints(changed):
-        sys.stderr.write("sbxc: warning: the plan cache folder is unusable, so the next run cannot refuse these "
-                         "policy files; review them before running sbxc again\n")
+    if not recorded:
+        sys.stderr.write("sbxc: warning: these changes could not be recorded (the plan cache folder is unusable or "
+                         "its disk is full), so the next run cannot refuse them; review them before running sbxc again\n")
 
 
 def launch(pf: dict, cmd: list, environ, cwd: str, watch=()) -> int:

@@ -28,6 +28,7 @@ ENTRY_VERSION = 1
 POLICY_NAME = "sandbox.policy.yaml"  # as sbxc.compiler.api.POLICY_NAME (not imported: hot path)
 DEFAULT_POLICY = "builtin:default"
 MAX_PLAN_BYTES = 16 << 20
+MAX_POLICY_BYTES = 1 << 20  # as the compiler's limit for one policy file
 
 # O_PATH is Linux-only; macOS opens the folder for reading instead (same no-follow checks).
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -90,14 +91,15 @@ def _read_entry(dir_fd: int, name: str):
         os.close(fd)
 
 
-def _write_entry(dir_fd: int, name: str, entry: dict, trim: bool = True) -> None:
-    """Write to a fresh temporary name, then rename: readers see all of an entry or none."""
+def _write_entry(dir_fd: int, name: str, entry: dict, trim: bool = True) -> bool:
+    """Write to a fresh temporary name, then rename: readers see all of an entry or none.
+    False when it could not be written (a full disk, no inodes)."""
     data = marshal.dumps(entry)
     tmp = f".tmp-{os.getpid()}-{os.urandom(4).hex()}"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     except OSError:
-        return
+        return False
     try:
         while data:
             data = data[os.write(fd, data):]
@@ -106,11 +108,13 @@ def _write_entry(dir_fd: int, name: str, entry: dict, trim: bool = True) -> None
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         if trim:
             _trim(dir_fd)
+        return True
     except OSError:
         try:
             os.unlink(tmp, dir_fd=dir_fd)
         except OSError:
             pass
+        return False
     finally:
         if fd >= 0:
             os.close(fd)
@@ -160,8 +164,40 @@ def _trim(dir_fd: int) -> None:
 TAINT_PREFIX = "t-"
 
 
+def _taint_key(path: str) -> str:
+    """The file a path names, whatever spelling reached it: a folder link or a policy file
+    that is itself a link must not give the same file a second, untainted name."""
+    return os.path.realpath(path)
+
+
 def _taint_name(path: str) -> str:
-    return TAINT_PREFIX + _hex(path.encode("utf-8", "surrogateescape"))
+    return TAINT_PREFIX + _hex(_taint_key(path).encode("utf-8", "surrogateescape"))
+
+
+# Space kept free in the plans folder for taint entries: a command that fills the disk
+# through its writable cache folder (same filesystem) must not thereby stop its own policy
+# change from being recorded. Freed (unlinked) when a taint cannot be written otherwise.
+RESERVE_NAME = "reserve"
+RESERVE_BYTES = 1 << 16
+
+
+def ensure_reserve(dir_fd: int) -> None:
+    try:
+        os.stat(RESERVE_NAME, dir_fd=dir_fd, follow_symlinks=False)
+        return
+    except OSError:
+        pass
+    try:
+        fd = os.open(RESERVE_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=dir_fd)
+    except OSError:
+        return
+    try:
+        os.posix_fallocate(fd, 0, RESERVE_BYTES)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def policy_state(path: str) -> str:
@@ -173,8 +209,13 @@ def policy_state(path: str) -> str:
     except OSError:
         return ""
     try:
-        if (os.fstat(fd).st_mode & 0o170000) != 0o100000:
+        st = os.fstat(fd)
+        if (st.st_mode & 0o170000) != 0o100000:
             return ""
+        if st.st_size > MAX_POLICY_BYTES:
+            # No policy is this large (the compiler refuses it); hashing a sparse 1 TB file
+            # would hold sbxc for hours. A fixed state that no real content hashes to.
+            return f"oversized:{st.st_size}:{st.st_mtime_ns}"
         h = sha256()
         while True:
             b = os.read(fd, 1 << 20)
@@ -207,7 +248,7 @@ def candidates(cwd: str, stop: str = "") -> list:
 def read_taint(dir_fd: int, path: str):
     """The sha256 a sandboxed command left ``path`` with ("" removed), or None."""
     entry = _read_entry(dir_fd, _taint_name(path))
-    if entry is None or entry.get("path") != path or not isinstance(entry.get("sha"), str):
+    if entry is None or entry.get("path") != _taint_key(path) or not isinstance(entry.get("sha"), str):
         return None
     return entry["sha"]
 
@@ -226,10 +267,18 @@ def record_taints(changed) -> bool:
     dir_fd = open_plans_dir()
     if dir_fd < 0:
         return False
+    ok = True
     try:
         for path, sha in changed:
-            _write_entry(dir_fd, _taint_name(path), {"v": ENTRY_VERSION, "path": path, "sha": sha}, trim=False)
-        return True
+            entry = {"v": ENTRY_VERSION, "path": _taint_key(path), "sha": sha}
+            if not _write_entry(dir_fd, _taint_name(path), entry, trim=False):
+                try:
+                    os.unlink(RESERVE_NAME, dir_fd=dir_fd)  # the space kept for this
+                except OSError:
+                    pass
+                ok = _write_entry(dir_fd, _taint_name(path), entry, trim=False) and ok
+        ensure_reserve(dir_fd)
+        return ok
     finally:
         os.close(dir_fd)
 
@@ -495,6 +544,7 @@ def plan_for_policy(policy, backend, network, environ, cwd: str, warn) -> dict:
             # The digests were just read by the compiler: what the plan is made of.
             check_taints(dir_fd, entry.get("sources", ()))
             _write_entry(dir_fd, name, entry)
+            ensure_reserve(dir_fd)  # on a miss only: a hit stays one open and one read
         return entry["plan"]
     finally:
         if dir_fd >= 0:
