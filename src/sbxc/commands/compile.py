@@ -13,13 +13,7 @@ from ..compiler.diagnostics import Diagnostic, diag, dumps_json, has_errors, ren
 from ..compiler.report import NOT_ENFORCEABLE, PARTIAL, lower_all, render_report_text, report_json
 
 
-class _Usage(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise _Usage(message)
+from ._args import Parser as _Parser, Usage as _Usage
 
 
 def parser() -> argparse.ArgumentParser:

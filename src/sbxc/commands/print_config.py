@@ -15,13 +15,7 @@ from ..compiler.diagnostics import display_path, dumps_json, render_text
 _EXPLAINED = ("policy", "backend (resolved)")
 
 
-class _Usage(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise _Usage(message)
+from ._args import Parser as _Parser, Usage as _Usage
 
 
 def parser() -> argparse.ArgumentParser:

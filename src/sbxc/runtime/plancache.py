@@ -403,22 +403,11 @@ def _builtin_path(name: str) -> str:
 
 
 def _file_sha(path: str) -> str:
+    """sha256 of a policy source (``builtin:NAME`` too), as ``policy_state`` reads it: a
+    FIFO or an oversized file put in a source's place cannot hang the check."""
     if path.startswith("builtin:"):
         path = _builtin_path(path[8:])
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return ""
-    try:
-        h = sha256()
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                break
-            h.update(b)
-        return h.hexdigest()
-    finally:
-        os.close(fd)
+    return policy_state(path)
 
 
 def _entry_valid(entry: dict, environ) -> bool:
