@@ -9,3 +9,14 @@ class Usage(Exception):
 class Parser(argparse.ArgumentParser):
     def error(self, message):
         raise Usage(message)
+
+
+def parse(parser: argparse.ArgumentParser, argv, stderr):
+    """``(args, None)``, or ``(None, exit code)``: 2 after a usage error, 0 after ``--help``."""
+    try:
+        return parser.parse_args(argv), None
+    except Usage as e:
+        stderr.write(f"{parser.prog}: {e}\n")
+        return None, 2
+    except SystemExit as e:
+        return None, 0 if e.code in (0, None) else 2

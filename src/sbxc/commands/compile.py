@@ -13,7 +13,7 @@ from ..compiler.diagnostics import Diagnostic, diag, dumps_json, has_errors, ren
 from ..compiler.report import NOT_ENFORCEABLE, PARTIAL, lower_all, render_report_text, report_json
 
 
-from ._args import Parser as _Parser, Usage as _Usage
+from ._args import Parser as _Parser, parse
 
 
 def parser() -> argparse.ArgumentParser:
@@ -40,13 +40,9 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
 
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    try:
-        args = parser().parse_args(argv)
-    except _Usage as e:
-        stderr.write(f"sbxc compile: {e}\n")
-        return 2
-    except SystemExit as e:  # --help
-        return 0 if e.code in (0, None) else 2
+    args, code = parse(parser(), argv, stderr)
+    if args is None:
+        return code
     if not args.check and not args.output:
         args.output = "-"  # `sbxc compile` alone prints the plan, as `-o -` does
     if host is None:

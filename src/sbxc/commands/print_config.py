@@ -15,7 +15,7 @@ from ..compiler.diagnostics import display_path, dumps_json, render_text
 _EXPLAINED = ("policy", "backend (resolved)")
 
 
-from ._args import Parser as _Parser, Usage as _Usage
+from ._args import Parser as _Parser, parse
 
 
 def parser() -> argparse.ArgumentParser:
@@ -67,13 +67,9 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
 
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    try:
-        args = parser().parse_args(argv)
-    except _Usage as e:
-        stderr.write(f"sbxc print-config: {e}\n")
-        return 2
-    except SystemExit as e:
-        return 0 if e.code in (0, None) else 2
+    args, code = parse(parser(), argv, stderr)
+    if args is None:
+        return code
     if host is None:
         host = probe(environ)
     overrides = {}
