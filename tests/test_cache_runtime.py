@@ -203,9 +203,8 @@ def test_root_owned_by_another_user(base):
         assert tree(root) == before
 
 
+@pytest.mark.root_only  # giving a folder to another user (the root-owned root case runs unprivileged)
 def test_project_folder_owned_by_another_user(base):
-    if UID != 0:
-        pytest.skip("needs root to give a folder to another user (the root-owned root case runs unprivileged)")
     root = base / "root"
     root.mkdir(mode=0o700)
     c = section(root)

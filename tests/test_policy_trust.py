@@ -16,7 +16,7 @@ from sbxc.compiler.api import compile_policy
 
 ROOT = os.geteuid() == 0
 OTHER = 65534  # nobody
-needs_root = pytest.mark.skipif(not ROOT, reason="giving a file to another user needs root")
+needs_root = pytest.mark.root_only  # giving a file to another user
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 
 GRANT_ALL = "sbxc: 1\nhome: writable\nenv:\n  pass: [PATH]\n"

@@ -154,7 +154,7 @@ def test_plan_location_refusals(tmp_path):
         launch.check_plan_location(real(str(tmp_path)), "/nonexistent")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
+@pytest.mark.root_only  # giving a file to another user
 def test_plan_location_other_owner(tmp_path):
     plan = _plan_at(tmp_path / "theirs")
     os.chown(plan, 65534, 65534)

@@ -240,7 +240,7 @@ def test_no_capabilities(sbxc):
         assert "CapEff:\t0000000000000000" not in own
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="root-only: what uid 0 inside can do")
+@pytest.mark.root_only  # what uid 0 inside can do
 def test_root_cannot_write_proc_sys_or_regain_caps(sbxc):
     r = sbxc(DEFAULT, "sh", "-c",
              "echo 1 > /proc/sys/kernel/sysrq; echo a=$?; echo sbxc > /proc/sys/kernel/hostname; echo b=$?; "

@@ -55,7 +55,7 @@ def test_exec_refuses_a_policy_others_can_write_and_runs_nothing(sbxc):
     assert os.path.exists(marker)
 
 
-@pytest.mark.skipif(UID != 0, reason="giving a file to another user needs root")
+@pytest.mark.root_only  # giving a file to another user
 def test_exec_refuses_a_policy_left_in_a_shared_folder_by_another_user(bwrap_works, tmp_path, home):
     shared = tmp_path / "shared"
     work = shared / "work"

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import base_env, run, sbxc_argv
 
-pytestmark = [pytest.mark.live, pytest.mark.skipif(os.geteuid() != 0, reason="root-only: what uid 0 can change")]
+pytestmark = [pytest.mark.live, pytest.mark.root_only]  # what uid 0 can change
 
 
 def test_root_cannot_change_modes_of_host_files(bwrap_works, project, home, tmp_path):

@@ -1,0 +1,25 @@
+"""Suite-wide: tests that only mean something for uid 0 (what root inside a sandbox can do,
+giving files to other users) carry the ``root_only`` marker. CI runs the suite as root and
+again as an unprivileged user; in the unprivileged pass they are deselected, not skipped,
+and the summary says how many and why."""
+import os
+
+import pytest
+
+_DESELECTED = []
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.geteuid() == 0:
+        return
+    keep = [i for i in items if i.get_closest_marker("root_only") is None]
+    gone = [i for i in items if i.get_closest_marker("root_only") is not None]
+    if gone:
+        _DESELECTED.extend(gone)
+        config.hook.pytest_deselected(items=gone)
+        items[:] = keep
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _DESELECTED:
+        terminalreporter.write_line(f"{len(_DESELECTED)} root-only tests deselected (not uid 0); the root pass runs them")
