@@ -8,17 +8,4 @@ def remove_project_cache(project: str) -> None:
     from sbxc import cache
     from sbxc.runtime import cachedir
 
-    uid = os.getuid()
-    pid = cache.project_id(os.path.realpath(project))
-    try:
-        root_fd = cachedir.open_root(cache.default_root(uid), uid, create=False)
-    except (cachedir.Unsafe, OSError):
-        return
-    try:
-        cachedir.remove_tree(root_fd, pid)
-        try:
-            os.unlink(pid + cachedir.MARKER_SUFFIX, dir_fd=root_fd)
-        except FileNotFoundError:
-            pass
-    finally:
-        os.close(root_fd)
+    cachedir.remove_project_at(cache.default_root(os.getuid()), os.path.realpath(project), os.getuid())

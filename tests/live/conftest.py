@@ -90,20 +90,7 @@ def remove_project_cache(project: str, root: str = "") -> None:
     from sbxc import cache
     from sbxc.runtime import cachedir
 
-    root = root or cache.default_root(os.getuid())
-    pid = cache.project_id(project)
-    try:
-        root_fd = cachedir.open_root(root, os.getuid(), create=False)
-    except (cachedir.Unsafe, OSError):
-        return
-    try:
-        cachedir.remove_tree(root_fd, pid)
-        try:
-            os.unlink(pid + cachedir.MARKER_SUFFIX, dir_fd=root_fd)
-        except FileNotFoundError:
-            pass
-    finally:
-        os.close(root_fd)
+    cachedir.remove_project_at(root or cache.default_root(os.getuid()), project, os.getuid())
 
 
 @pytest.fixture

@@ -20,3 +20,10 @@ def parse(parser: argparse.ArgumentParser, argv, stderr):
         return None, 2
     except SystemExit as e:
         return None, 0 if e.code in (0, None) else 2
+
+
+def absolute_path(text: str) -> str:
+    """argparse type: an absolute path (a relative one would silently mean the current folder's)."""
+    if not text.startswith("/"):
+        raise argparse.ArgumentTypeError(f"must be an absolute path, not {text!r}")
+    return text

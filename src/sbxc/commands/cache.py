@@ -17,12 +17,14 @@ import sys
 
 from .. import cache as cachemod
 from ..runtime import cachedir
+from ._args import Parser, absolute_path, parse
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog)
+    p = Parser(prog=prog)
     p.add_argument("--project", metavar="DIR", help="the project folder (default: the current folder's project)")
-    p.add_argument("--root", metavar="ROOT", help="the cache root (default: the policy's cache.root, else /var/tmp/sbxc-{uid})")
+    p.add_argument("--root", metavar="ROOT", type=absolute_path,
+                   help="the cache root (default: the policy's cache.root, else /var/tmp/sbxc-{uid})")
     return p
 
 
@@ -84,13 +86,9 @@ def main(argv) -> int:
     if verb == "clear":
         p.add_argument("--all", action="store_true", help="every project's cache under the root")
         p.add_argument("--id", metavar="ID", help="one project folder by its name under the root (as doctor lists it)")
-    try:
-        args = p.parse_args(rest)
-    except SystemExit as e:
-        return 2 if e.code else 0
-    if args.root is not None and not args.root.startswith("/"):
-        sys.stderr.write(f"sbxc cache: --root must be an absolute path, not {args.root!r}\n")
-        return 2
+    args, code = parse(p, rest, sys.stderr)
+    if args is None:
+        return code
     uid = os.getuid()
     project, root, pdir, enabled = locate(args.project, args.root, uid)
     if verb == "path":
@@ -179,10 +177,6 @@ def _clear_all(root: str, root_fd: int) -> int:
     # Project folders and their markers only: the root also holds the plan cache (plans/).
     projects = [n for n in names if cachedir.is_project_id(n)]
     for name in projects:
-        cachedir.remove_tree(root_fd, name)  # unlinks files and links, removes folders
-        try:
-            os.unlink(name + cachemod.MARKER_SUFFIX, dir_fd=root_fd)
-        except FileNotFoundError:
-            pass
+        cachedir.remove_project(root_fd, name)  # unlinks files and links, removes folders
     sys.stdout.write(f"cleared {len(projects)} project cache(s) in {root}\n")
     return 0

@@ -8,7 +8,6 @@ counts it (allocated blocks, hard links once), in KiB.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import sys
@@ -17,6 +16,7 @@ import time
 from .. import cache as cachemod
 from ..runtime import cachedir, probe
 from ..runtime.errors import one_line
+from ._args import Parser, absolute_path, parse
 
 
 def _read(path: str) -> str:
@@ -168,15 +168,12 @@ def leftover_lines(uid: int) -> list[str]:
 
 
 def main(argv) -> int:
-    p = argparse.ArgumentParser(prog="sbxc doctor")
-    p.add_argument("--root", metavar="ROOT", help="the cache root to list (default: the current project's, else /var/tmp/sbxc-{uid})")
-    try:
-        args = p.parse_args(argv)
-    except SystemExit as e:
-        return 2 if e.code else 0
-    if args.root is not None and not args.root.startswith("/"):
-        sys.stderr.write(f"sbxc doctor: --root must be an absolute path, not {args.root!r}\n")
-        return 2
+    p = Parser(prog="sbxc doctor")
+    p.add_argument("--root", metavar="ROOT", type=absolute_path,
+                   help="the cache root to list (default: the current project's, else /var/tmp/sbxc-{uid})")
+    args, code = parse(p, argv, sys.stderr)
+    if args is None:
+        return code
     from ..backends import choose_backend
 
     from dataclasses import replace

@@ -387,6 +387,31 @@ def remove_tree(parent_fd: int, name: str) -> None:
     os.rmdir(name, dir_fd=parent_fd)
 
 
+def remove_project(root_fd: int, pid: str) -> None:
+    """Delete one project's cache folder ``pid`` in the root and its marker beside it."""
+    remove_tree(root_fd, pid)
+    try:
+        os.unlink(pid + MARKER_SUFFIX, dir_fd=root_fd)
+    except FileNotFoundError:
+        pass
+
+
+def remove_project_at(root: str, project: str, uid: int) -> None:
+    """``remove_project`` for the real path ``project`` under ``root``, when the root passes
+    its checks (otherwise there is nothing of ours to remove). For tests and benchmarks
+    that leave no cache folder behind."""
+    from ..cache import project_id
+
+    try:
+        root_fd = open_root(root, uid, create=False)
+    except (Unsafe, OSError):
+        return
+    try:
+        remove_project(root_fd, project_id(project))
+    finally:
+        os.close(root_fd)
+
+
 def disk_usage(dir_fd: int) -> int:
     """Bytes of disk the tree at ``dir_fd`` uses, as ``du`` counts: allocated 512-byte blocks
     of the folder and everything in it, each inode once, symlinks not followed."""
