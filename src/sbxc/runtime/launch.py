@@ -728,7 +728,10 @@ def exec_main(argv) -> int:
         # next run) is named after it ends and that policy refused until accepted. Watched:
         # the plan's own sources (--policy or discovery) and every discovery candidate
         # from here up (also for --plan: its command may plant one for a later run).
-        return launch(pf, a.cmd, environ, cwd, watch=policy_watch(pf.get("sources") if a.plan is None else (), cwd))
+        # A plan from the plan cache was re-checked against the filesystem just now (or
+        # compiled just now): only a --plan file still needs it.
+        return launch(pf, a.cmd, environ, cwd, watch=policy_watch(pf.get("sources") if a.plan is None else (), cwd),
+                      paths_checked=a.plan is None)
     except Refusal as r:
         sys.stderr.write(r.line() + "\n")
         return REFUSED
@@ -782,9 +785,11 @@ def note_policy_changes(watch) -> None:
                          "its disk is full), so the next run cannot refuse them; review them before running sbxc again\n")
 
 
-def launch(pf: dict, cmd: list, environ, cwd: str, watch=()) -> int:
+def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool = False) -> int:
     """Run ``cmd`` under the loaded plan file ``pf``; 125 on any refusal. ``watch``: (policy
-    file, state) pairs to check for changes once the command has ended (``policy_watch``)."""
+    file, state) pairs to check for changes once the command has ended (``policy_watch``).
+    ``paths_checked``: the plan's paths were just re-checked (the plan cache does that
+    before serving a plan), so the check is not done twice on the hot path."""
     try:
         if not isinstance(pf, dict) or pf.get("format") != "sbxc-plan/1":
             raise Refusal("the plan file has an unknown format", "recompile it with this sbxc (sbxc compile -o PLAN)")
@@ -797,7 +802,8 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=()) -> int:
         if why:
             raise Refusal(why, "recompile the plan on this host (sbxc compile -o PLAN), or use --policy")
         rt = pf["runtime"]
-        recheck_paths(rt.get("checks", ()))
+        if not paths_checked:
+            recheck_paths(rt.get("checks", ()))
         try:
             runner = __import__(RUNNERS[backend], fromlist=["prepare"])
         except ImportError:
