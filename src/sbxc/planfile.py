@@ -22,14 +22,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from . import __version__
-from .compiler.plan import Plan
-from .hostfacts import HostFacts
+from .layout import PLAN_FORMAT as FORMAT, VERSION
 
-FORMAT = "sbxc-plan/1"
+# A leaf: the plan (sbxc.compiler.plan.Plan) and host facts (sbxc.hostfacts.HostFacts) come
+# in as objects; nothing here imports the compiler, so the runtime can import this module.
 
 
-def runtime_section(plan: Plan) -> dict:
+def runtime_section(plan) -> dict:
     """What the runtime needs whatever the backend: environment, cache, checks, network."""
     return {
         "project": plan.project,
@@ -54,10 +53,10 @@ def runtime_section(plan: Plan) -> dict:
     }
 
 
-def build(plan: Plan, host: HostFacts, backend: str, lowered: dict, verdicts) -> dict:
+def build(plan, host, backend: str, lowered: dict, verdicts) -> dict:
     return {
         "format": FORMAT,
-        "sbxc": __version__,
+        "sbxc": VERSION,
         "backend": backend,
         "host": host.to_dict(),
         "sources": [list(s) for s in plan.sources],

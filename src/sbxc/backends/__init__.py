@@ -7,23 +7,14 @@ touches the disk, the environment or the clock.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..layout import BACKENDS
+from .lowered import Lowered  # noqa: F401  (the registry's callers take it from here)
 
-from ..compiler.report import Verdict
-
-BACKENDS = ("bwrap", "landlock", "sandbox-exec")
 _MODULES = {
     "bwrap": "sbxc.backends.bwrap",
     "landlock": "sbxc.backends.landlock",
     "sandbox-exec": "sbxc.backends.sbpl",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Lowered:
-    backend: str
-    data: dict
-    verdicts: tuple[Verdict, ...]
 
 
 def lower(backend: str, plan, host) -> Lowered:

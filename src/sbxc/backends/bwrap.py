@@ -45,8 +45,8 @@ from ..compiler.plan import (
     KIND_DIR, KIND_MISSING, KIND_OTHER, MASK, NET_OFF, NET_ON, NET_RULES,
     READ, TMPFS, WRITE, PathRule, Plan, is_within, path_depth,
 )
-from ..compiler.report import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
-from . import Lowered
+from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
+from .lowered import Lowered
 
 NAME = "bwrap"
 EMPTY_FD = "@fd:empty"
