@@ -17,15 +17,24 @@ _MODULES = {
 }
 
 
+def module_name(backend: str) -> str:
+    return _MODULES[backend]
+
+
+def _module(backend: str):
+    return __import__(_MODULES[backend], fromlist=["lower"])
+
+
+def listing_dirs(backend: str, plan) -> tuple:
+    """Folders whose entries ``backend`` needs (as ``HostFacts.listings``) to lower ``plan``;
+    the caller gathers them from the host before calling ``lower``."""
+    fn = getattr(_module(backend), "listing_dirs", None)
+    return tuple(fn(plan)) if fn is not None else ()
+
+
 def lower(backend: str, plan, host) -> Lowered:
-    module = __import__(_MODULES[backend], fromlist=["lower"])
-    # A backend may need host facts that depend on the plan (Landlock: the entries of
-    # folders it splits). ``complete_host`` gathers them at compile time, before the pure
-    # ``lower``; facts already present (golden tests) are kept.
-    complete = getattr(module, "complete_host", None)
-    if complete is not None:
-        host = complete(plan, host)
-    return module.lower(plan, host)
+    """Pure: ``host`` already carries every fact the backend needs (see ``listing_dirs``)."""
+    return _module(backend).lower(plan, host)
 
 
 def choose_backend(requested: str, host) -> tuple[str, str]:

@@ -27,27 +27,6 @@ class BackendReport:
     """The backend's ``Lowered`` (for writing the plan without lowering twice)."""
 
 
-def lower_all(plan, host, backends) -> list[BackendReport]:
-    """Lower ``plan`` for each backend; a backend that is missing or fails is reported, not raised."""
-    from ..backends import _MODULES, lower
-
-    out = []
-    for name in backends:
-        try:
-            lowered = lower(name, plan, host)
-        except ModuleNotFoundError as e:
-            if e.name == _MODULES[name]:
-                out.append(BackendReport(name, unavailable=f"backend module {e.name} is not part of this build"))
-                continue
-            out.append(BackendReport(name, unavailable=f"internal error: {type(e).__name__}: {e}"))
-            continue
-        except Exception as e:  # a backend bug must not hide the other backends' reports
-            out.append(BackendReport(name, unavailable=f"internal error: {type(e).__name__}: {e}"))
-            continue
-        out.append(BackendReport(name, tuple(lowered.verdicts), lowered=lowered))
-    return out
-
-
 def _where(span: Span, cwd) -> str:
     from .diagnostics import display_path
 

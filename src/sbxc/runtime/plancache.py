@@ -438,7 +438,8 @@ def _entry_valid(entry: dict, environ) -> bool:
         if os.path.lexists(path):
             return False
     if pf.get("backend") == "landlock":
-        from .probe import dir_listings, landlock_abi, listing_digest
+        from ..hostfacts import listing_digest
+        from .probe import dir_listings, landlock_abi
 
         if host.get("landlock_abi") != landlock_abi():
             return False
@@ -546,7 +547,7 @@ def compile_entry(policy, backend, network, environ, cwd: str) -> dict:
     import json
     import sys
 
-    from ..backends import lower
+    from ..commands.build import lower  # moves to the exec command (handed in), see docs/architecture.md
     from ..compiler.api import compile_policy
     from ..compiler.diagnostics import ERROR, diag, render_text
     from ..compiler.report import NOT_ENFORCEABLE

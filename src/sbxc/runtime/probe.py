@@ -110,17 +110,6 @@ def dir_listings(dirs) -> tuple:
     return tuple(out)
 
 
-def listing_digest(entries) -> str:
-    """A fingerprint of one folder's entries as ``dir_listings`` gives them. A plan built on
-    a listing (Landlock grants a folder's entries one by one) is stale once it changes."""
-    try:  # the builtin module: hashlib's OpenSSL bindings cost milliseconds of imports
-        from _sha256 import sha256
-    except ImportError:
-        from hashlib import sha256
-    text = "\0".join(f"{name}\1{kind}" for name, kind in sorted(entries))
-    return sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-
-
 def probe_host(environ=None, *, full: bool = True):
     """Gather HostFacts. ``full=False`` skips the subprocesses (bwrap version, namespace test)."""
     from ..hostfacts import HostFacts
