@@ -11,7 +11,7 @@ from typing import Mapping, Optional
 
 from ..hostfacts import HostFacts
 from .diagnostics import Diagnostic, diag, has_errors, sort_key
-from .frontend import Merged, Setting, describe_value, load_chain
+from .merge import Merged, Setting, describe_value, load_chain
 from .normalize import Context, HostPaths, normalize
 from .plan import Plan, Span
 

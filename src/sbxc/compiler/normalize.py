@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from .diagnostics import Related, diag, suggest
-from .frontend import FsRuleAst, Merged, NetRuleAst, PathAst, Setting
+from .merge import Merged, Setting
 from .plan import (BUILTIN_SPAN, KIND_DIR, KIND_FILE, KIND_MISSING, KIND_OTHER, KIND_SOCKET, MASK, NET_OFF,
                    NET_ON, NET_RULES, READ, STRICTNESS, TMPFS, WRITE, CachePlan, EnvPlan, LandlockPlan,
                    NetRule, Network, PathRule, Plan, SkippedRule, Span, SyscallPlan, fs_sort_key, is_within,
                    stricter)
+from .rules import FsRuleAst, NetRuleAst, PathAst
 
 VARIABLES = ("project", "home", "uid", "cache", "tmp")
 HOME_ACCESS = {"read-only": READ, "hidden": MASK, "writable": WRITE}

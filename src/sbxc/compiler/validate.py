@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .diagnostics import Diagnostic, diag, suggest
-from .frontend import (FS_VERBS, YMap, YNode, YScalar, YSeq,
-                       parse_fs_rule, parse_net_rule, type_name)
 from .plan import Span
+from .rules import FS_VERBS, parse_fs_rule, parse_net_rule
+from .yamltree import YMap, YNode, YScalar, YSeq, type_name
 
 BACKEND_CHOICES = ("auto", "bwrap", "landlock", "sandbox-exec")
 HOME_CHOICES = ("read-only", "hidden", "writable")
