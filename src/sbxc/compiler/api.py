@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
 
 from ..hostfacts import HostFacts
+from .backend_choice import choose_backend
 from .diagnostics import Diagnostic, diag, has_errors, sort_key
 from .merge import Merged, Setting, describe_value, load_chain
 from .normalize import Context, HostPaths, normalize
@@ -175,8 +176,6 @@ def compile_policy(policy_path: Optional[str], *, cwd: str, environ: Mapping[str
 
 
 def _compile(policy_path, *, cwd, environ, host, overrides, paths) -> CompileResult:
-    from ..backends import choose_backend
-
     overrides = overrides or {}
     paths = paths or HostPaths()
     diags: list[Diagnostic] = []
