@@ -10,7 +10,8 @@ import os
 import sys
 
 from ..compiler.diagnostics import Diagnostic, diag, dumps_json, has_errors, render_json, render_text
-from ..compiler.report import NOT_ENFORCEABLE, PARTIAL, lower_all, render_report_text, report_json
+from ..compiler.report import NOT_ENFORCEABLE, PARTIAL, render_report_text, report_json
+from .lowering import lower_all
 
 
 from ._args import Parser as _Parser, parse
