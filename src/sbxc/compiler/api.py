@@ -15,6 +15,7 @@ from .diagnostics import Diagnostic, diag, has_errors, sort_key
 from .merge import Merged, Setting, describe_value, load_chain
 from .normalize import Context, HostPaths, normalize
 from .plan import Plan, Span
+from .settings import BACKEND_CHOICES
 
 POLICY_NAME = "sandbox.policy.yaml"
 DEFAULT_POLICY = "builtin:default"
@@ -87,8 +88,6 @@ def _origin(span: Optional[Span], origin: str) -> str:
 
 
 def _apply_overrides(m: Merged, overrides: Mapping, diags: list[Diagnostic]) -> None:
-    from .validate import BACKEND_CHOICES
-
     for key in ("backend", "network"):
         if key not in overrides or overrides[key] is None:
             continue
