@@ -13,6 +13,8 @@ from .diagnostics import Diagnostic, Related, diag, suggest
 from .frontend import builtin_names, read_builtin, read_policy_file
 from .plan import Span
 from .rules import FsRuleAst, NetRuleAst
+from .settings import (KEYS, CacheSettings, EnvSettings, LandlockSettings, Settings, SyscallSettings, Value,
+                       WorkspaceSettings)
 from .source import SourceFile
 from .validate import check_document
 from .yamltree import decode_source, load_yaml
@@ -68,7 +70,7 @@ def _net_covered(rule, rules) -> bool:
 def describe_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, list):
+    if isinstance(v, (list, tuple)):
         if v and isinstance(v[0], (NetRuleAst, FsRuleAst)):
             return "[" + ", ".join(r.text for r in v) + "]"
         return "[" + ", ".join(str(getattr(x, "value", x)) for x in v) + "]"
@@ -250,3 +252,30 @@ def load_chain(root: str, diags: list[Diagnostic], uid: Optional[int] = None) ->
 
     visit(root, [], None)
     return m
+
+
+def resolve(m: Merged) -> Settings:
+    """The typed settings of ``m``; a key no file (nor the command line) set gets its default
+    from the table of settings."""
+    def value(key: str, convert=None) -> Value:
+        s = m.settings.get(key)
+        if s is None:
+            return Value(KEYS[key].default)
+        return Value(convert(s.value) if convert else s.value, s.span, s.base_dir)
+
+    def names(items) -> tuple[str, ...]:
+        return tuple(x.value for x in items)
+
+    return Settings(
+        project=value("project"),
+        backend=value("backend"),
+        home=value("home"),
+        filesystem=tuple(value("filesystem").value),
+        network=value("network", lambda v: v if isinstance(v, bool) else tuple(v)),
+        cache=CacheSettings(value("cache.tools", names), value("cache.root"), value("cache.required")),
+        env=EnvSettings(tuple(Value(x.value, x.span) for x in value("env.pass").value),
+                        tuple(sorted((name, s.value) for name, s in m.env_set.items()))),
+        landlock=LandlockSettings(value("landlock.min_abi"), value("landlock.best_effort")),
+        syscalls=SyscallSettings(names(value("syscalls.deny").value), value("syscalls.allow_unix_sockets")),
+        workspace=WorkspaceSettings(value("workspace.max_bytes"), value("workspace.max_sessions")),
+    )
