@@ -9,9 +9,21 @@ module; ``exec`` hands ``compile_for_exec`` to the plan cache.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from .. import backends
-from ..compiler.report import BackendReport
+from ..verdict import Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class BackendReport:
+    """What one backend does with a plan; ``unavailable`` set when it could not lower it."""
+
+    backend: str
+    verdicts: tuple[Verdict, ...] = ()
+    unavailable: str = ""
+    lowered: object = None
+    """The backend's ``Lowered`` (for writing the plan without lowering twice)."""
 
 
 def with_listings(backend: str, plan, host, lister=None):

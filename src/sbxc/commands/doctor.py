@@ -174,7 +174,7 @@ def main(argv) -> int:
     args, code = parse(p, argv, sys.stderr)
     if args is None:
         return code
-    from ..backends import choose_backend
+    from ..compiler.backend_choice import choose_backend
 
     from dataclasses import replace
 

@@ -1,30 +1,13 @@
-"""The enforcement report: what each backend really does with each rule (SPEC §3).
+"""The enforcement report's renderers: what each backend really does with each rule (SPEC §3).
 
 Backends never drop what they cannot express: every rule ends in exactly one verdict,
-made through ``verdict``; the renderers live here too, so there is one format.
+made through ``sbxc.verdict.verdict``; the renderers live here, so there is one format.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ..verdict import (ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED,  # noqa: F401 (backends' imports)
+                       STATUSES, Verdict, verdict)
 from .plan import Span
-
-# The verdict type is a leaf (sbxc.verdict); re-exported for the renderers' callers.
-from ..verdict import (ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, STATUSES,  # noqa: F401
-                       Verdict, verdict)
-
-
-# ---------------------------------------------------------------- rendering (compile --check, print-config)
-
-@dataclass(frozen=True, slots=True)
-class BackendReport:
-    """What one backend does with a plan; ``unavailable`` set when it could not lower it."""
-
-    backend: str
-    verdicts: tuple[Verdict, ...] = ()
-    unavailable: str = ""
-    lowered: object = None
-    """The backend's ``Lowered`` (for writing the plan without lowering twice)."""
 
 
 def _where(span: Span, cwd) -> str:
