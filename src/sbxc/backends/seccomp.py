@@ -484,17 +484,21 @@ def _deny_numbered(s, f, action, native: int, name: str) -> None:
 
 
 def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Network, optimize: bool = True,
-                 root_metadata: bool = False, host_ipc: bool = False):
+                 root_metadata: bool = False, host_ipc: bool = False, allow_only=None):
     """The libseccomp filter object (exposed for the benchmark and the tests).
 
     ``root_metadata``: also refuse every call in ``ROOT_METADATA_DENY`` (Landlock as uid 0).
     ``host_ipc``: the command shares the host's IPC namespace (Landlock, not root): also
-    refuse every call in ``HOST_IPC_DENY``."""
+    refuse every call in ``HOST_IPC_DENY``. ``allow_only`` (names; an experiment measured
+    by bench/seccomp_allowlist.py, used by no backend): every other call answers ENOSYS.
+    Not safe as it stands: libseccomp lets an unconditional ALLOW for a call override that
+    call's conditional refusals (socket families, TIOCSTI, setuid bits ...), see
+    docs/seccomp.md."""
     if purpose not in ("bwrap", "landlock"):
         raise ValueError(f"seccomp: unknown purpose {purpose!r}")
     s = _pyseccomp()
     eperm = s.ERRNO(errno.EPERM)
-    f = s.SyscallFilter(s.ALLOW)
+    f = s.SyscallFilter(s.ALLOW if allow_only is None else s.ERRNO(errno.ENOSYS))
     native = _native_arch(s, arch)
     if s.system_arch() != native:
         # The filter is for the target arch only; libseccomp starts with the native one.
@@ -533,7 +537,8 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
         f.add_rule(eperm, "clone", s.Arg(0, s.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
     if "unshare" not in denied:
         f.add_rule(eperm, "unshare", s.Arg(0, s.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
-    if "clone3" not in denied:
+    # (With ``allow_only`` ENOSYS is the default: libseccomp refuses a rule that repeats it.)
+    if "clone3" not in denied and allow_only is None:
         f.add_rule(s.ERRNO(errno.ENOSYS), "clone3")
     if "personality" not in denied:
         # 0xffffffff only queries the persona: bit 31 set keeps those queries allowed
@@ -541,7 +546,7 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
         for bit in (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, MMAP_PAGE_ZERO):
             f.add_rule(eperm, "personality", s.Arg(0, s.MASKED_EQ, 0x80000000 | bit, bit))
 
-    _setid_rules(s, f, eperm, native, denied)
+    _setid_rules(s, f, eperm, native, denied, openat2_rule=allow_only is None)
 
     if purpose == "landlock":
         _socket_rules(s, f, eperm, syscalls, network)
@@ -550,6 +555,10 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
         # bwrap's network namespace (with the network off) and its mount namespace keep
         # the four allowed families inside; the others are refused as on Landlock.
         _family_rules(s, f, eperm, tuple(sorted(ALLOWED_FAMILIES)))
+    if allow_only is not None:
+        for name in sorted(set(allow_only) - denied - set(BUILTIN_DENY) - set(_ERRNO_OVERRIDE)):
+            if _exists(s, native, name):
+                f.add_rule(s.ALLOW, name)
     return f
 
 
@@ -562,7 +571,7 @@ def _exists(s, native: int, name: str) -> bool:
         return False
 
 
-def _setid_rules(s, f, eperm, native: int, denied: set) -> None:
+def _setid_rules(s, f, eperm, native: int, denied: set, openat2_rule: bool = True) -> None:
     """No setuid or setgid bit on any file (see BUILTIN_ARG_FILTERS): refused where a mode
     is set (the chmod family) and where a file is created with one (open with O_CREAT or
     O_TMPFILE, creat, mknod). openat2 carries its mode in memory, so it answers ENOSYS."""
@@ -581,7 +590,7 @@ def _setid_rules(s, f, eperm, native: int, denied: set) -> None:
             # The mode counts only with O_CREAT or O_TMPFILE; without them it may be garbage.
             for flag in (O_CREAT, O_TMPFILE_BIT):
                 f.add_rule(eperm, name, s.Arg(flags_arg, s.MASKED_EQ, flag, flag), s.Arg(mode_arg, s.MASKED_EQ, bit, bit))
-    if "openat2" not in denied and _exists(s, native, "openat2"):
+    if openat2_rule and "openat2" not in denied and _exists(s, native, "openat2"):
         f.add_rule(s.ERRNO(errno.ENOSYS), "openat2")
 
 
