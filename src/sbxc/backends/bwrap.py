@@ -42,7 +42,7 @@ nothing more than the command does.
 from __future__ import annotations
 
 from ..compiler.plan import (
-    KIND_DIR, KIND_MISSING, KIND_OTHER, MASK, NET_OFF, NET_ON, NET_RULES,
+    BUILTIN_SPAN, KIND_DIR, KIND_MISSING, KIND_OTHER, MASK, NET_OFF, NET_ON, NET_RULES,
     READ, TMPFS, WRITE, PathRule, Plan, is_within, path_depth,
 )
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
@@ -246,15 +246,18 @@ def lower(plan: Plan, host) -> Lowered:
 
         seccomp_hex = seccomp.compile_filter(plan.syscalls, host.arch, purpose="bwrap", network=net).hex()
         verdicts.append(verdict(NAME, "syscalls", ENFORCED, _first_span(plan)))
+        verdicts.append(verdict(NAME, "socket families", NARROWED, BUILTIN_SPAN, seccomp.families_verdict_text()))
     except Exception as e:  # missing libseccomp, unknown syscall, unsupported arch
         verdicts.append(verdict(NAME, "syscalls", NOT_ENFORCEABLE, _first_span(plan),
                                 f"the seccomp filter could not be built: {e}"))
 
+    # --unshare-ipc: System V objects and POSIX message queues are the sandbox's own;
+    # --unshare-pid: every pid the command can name is inside.
+    verdicts.append(verdict(NAME, "ipc", ENFORCED, BUILTIN_SPAN))
+    verdicts.append(verdict(NAME, "processes", ENFORCED, BUILTIN_SPAN))
     verdicts.append(verdict(NAME, "env", ENFORCED, _first_span(plan)))
     return Lowered(NAME, {"bwrap": host.bwrap, "argv": argv, "seccomp": seccomp_hex, "network": net.mode}, tuple(verdicts))
 
 
 def _first_span(plan: Plan):
-    from ..compiler.plan import BUILTIN_SPAN
-
     return plan.fs[0].span if plan.fs else BUILTIN_SPAN

@@ -351,9 +351,8 @@ def lower(plan: Plan, host) -> Lowered:
                     "Landlock's bind check, so the command can accept connections on a port no rule names")
         L.v(f"network: [{rules}]", status, net.span, why)
     else:
-        L.v("network: true", NARROWED, net.span,
-            "address families other than AF_INET, AF_INET6, AF_NETLINK (and AF_UNIX when allowed) are refused: "
-            "vsock, packet, bluetooth ... are not governed by Landlock")
+        L.v("network: true", ENFORCED, net.span)
+    L.v("socket families", NARROWED, BUILTIN_SPAN, seccomp.families_verdict_text())
 
     if plan.syscalls.allow_unix_sockets:
         masked = [r.path for r in plan.fs if r.access == MASK and r.kind == "socket"]
@@ -365,8 +364,21 @@ def lower(plan: Plan, host) -> Lowered:
             "new AF_UNIX sockets are refused (socketpair for stream and seqpacket is kept), because Landlock before "
             "ABI 9 cannot stop connect(2) to a socket file under a masked path")
     L.v("processes", PARTIAL, BUILTIN_SPAN,
-        "signals and abstract Unix sockets stay inside the sandbox (ABI 6 scopes), but other processes "
-        "stay visible in /proc (command lines, not memory or environment)")
+        "signals and abstract Unix sockets stay inside the sandbox (ABI 6 scopes); other processes' memory is out "
+        "of reach (Landlock's ptrace check); resource limits, nice value, CPU affinity, scheduling policy and I/O "
+        "priority can be set only for the caller itself (pid 0): seccomp refuses any other pid, the command's own "
+        "children and threads included (renice -p, taskset -p, pthread_setaffinity_np, pthread_setschedparam fail); "
+        "other processes stay visible in /proc (command lines, not memory or environment)")
+    if L.host_is_root:
+        L.v("ipc", ENFORCED, BUILTIN_SPAN)  # the runner unshares an IPC namespace for uid 0
+    else:
+        L.v("ipc", NARROWED, BUILTIN_SPAN,
+            "the command shares the host's IPC namespace (the runner makes a new one only for root): System V "
+            "shared memory, message queues and semaphores (shmget, msgget, semget ...) and POSIX message queues "
+            "(mq_open ...) would be the host's, so seccomp refuses them all: programs that need them fail "
+            "(fakeroot in its default SysV mode, and so dpkg-buildpackage; a PostgreSQL server; X11 "
+            "shared-memory images fall back to slower transfers); "
+            "POSIX shared memory and semaphores in /dev/shm follow the file rules; use bwrap for these")
 
     abi_needed = max(ABI_TRUNCATE, ABI_IOCTL, ABI_SCOPES, ABI_NET if net.mode != NET_ON else 0, plan.landlock.min_abi)
     host_abi = getattr(host, "landlock_abi", 0)
@@ -390,7 +402,7 @@ def lower(plan: Plan, host) -> Lowered:
 
     try:
         bpf = seccomp.compile_filter(plan.syscalls, getattr(host, "arch", "x86_64"), purpose="landlock", network=net,
-                                     root_metadata=L.host_is_root)
+                                     root_metadata=L.host_is_root, host_ipc=not L.host_is_root)
         L.v("syscalls", ENFORCED, BUILTIN_SPAN)
         if L.host_is_root:
             L.v("metadata (root)", NARROWED, BUILTIN_SPAN,

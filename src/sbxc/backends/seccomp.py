@@ -5,7 +5,9 @@ the plan stores it hex-encoded, bwrap receives it with ``--seccomp FD`` and the 
 runtime loads it with seccomp(2) itself. Nothing at run time imports libseccomp.
 
 Every refused call gets EPERM (never a kill), so a command sees an ordinary error it can
-report. The exceptions are listed with their reason in ``_ERRNO_OVERRIDE``.
+report. The exceptions are listed with their reason in ``_ERRNO_OVERRIDE``. The tables
+(BUILTIN_DENY, BUILTIN_ARG_FILTERS, PROCESS_CALLS, HOST_IPC_DENY, SOCKET_FAMILIES) are
+what docs/seccomp.md describes; a test keeps the two in step.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ BUILTIN_DENY: dict[str, str] = {
     "process_vm_writev": "writes another process's memory without ptrace-attaching",
     "pidfd_getfd": "copies a file descriptor out of another process",
     "kcmp": "compares kernel objects of other processes (an address-layout oracle)",
+    "process_madvise": "changes how another process's memory is paged (see PROCESS_CALLS)",
+    "process_mrelease": "reaps the memory of another process being killed (see PROCESS_CALLS)",
     # Kernel keyrings hold credentials (Kerberos tickets, fscrypt and ecryptfs keys).
     "keyctl": "reads and changes kernel keyrings, where credentials live",
     "add_key": "adds keys to kernel keyrings shared with the caller",
@@ -118,6 +122,112 @@ ROOT_METADATA_DENY: dict[str, str] = {
                  "fremovexattr", "removexattrat")
 }
 
+# Calls newer than the libseccomp this compiler may be built with (2.5.4 knows none of
+# these): without their numbers a name in a table here would silently match nothing.
+# Since Linux 5.1 new calls have one number on every architecture (asm-generic and
+# x86_64 tables were aligned at 424).
+NEW_SYSCALL_NUMBERS: dict[str, int] = {
+    "setxattrat": 463,
+    "removexattrat": 466,
+}
+
+# Every call that names another process: by pid, thread id, pidfd, process group or
+# user. (rule, reason) with rule one of
+#   "deny"  refused outright on both backends (those in BUILTIN_DENY say so there);
+#   "self"  Landlock: refused unless the target is the caller itself (0); how 0 is
+#           written depends on the call, see _SELF_ONLY;
+#   "allow" left alone, with what already keeps it inside.
+# Landlock has no PID namespace for a plain user: a pid the command names is a host
+# process. Landlock's own ptrace check (every ABI) refuses calls that go through
+# ptrace_may_access() against a process outside the domain; calls that only compare
+# uids (prlimit, setpriority, sched_*, ioprio_set) pass it, so any process of the same
+# user (any root process, as root) could be slowed down or killed through RLIMIT_CPU.
+# bwrap's PID namespace makes every pid the command can name its own; "self" rules are
+# not applied there, since they would only break threads that pin or renice themselves.
+PROCESS_CALLS: dict[str, tuple[str, str]] = {
+    "ptrace": ("deny", "BUILTIN_DENY: reads and rewrites another process"),
+    "process_vm_readv": ("deny", "BUILTIN_DENY: reads another process's memory"),
+    "process_vm_writev": ("deny", "BUILTIN_DENY: writes another process's memory"),
+    "pidfd_getfd": ("deny", "BUILTIN_DENY: copies a descriptor out of another process"),
+    "kcmp": ("deny", "BUILTIN_DENY: compares other processes' kernel objects"),
+    "perf_event_open": ("deny", "BUILTIN_DENY: observes other processes and the kernel"),
+    "process_madvise": ("deny", "BUILTIN_DENY: pages another process's memory (by pidfd, so no test for "
+                                "'self' is possible); only memory managers use it"),
+    "process_mrelease": ("deny", "BUILTIN_DENY: reaps a dying process's memory (by pidfd); only out-of-memory "
+                                 "daemons use it"),
+    "prlimit64": ("self", "setting another process's limits checks only its uids (no LSM hook Landlock uses): "
+                          "RLIMIT_CPU=1 kills it; reading stays allowed (/proc/PID/limits shows the same to anyone)"),
+    "setpriority": ("self", "renicing checks only uids; PRIO_USER (even with 0) reaches every process of the caller"),
+    "sched_setaffinity": ("self", "pinning checks only uids: a process of the caller's could be pinned to one CPU"),
+    "sched_setscheduler": ("self", "SCHED_IDLE needs no privilege: a process of the caller's could be starved"),
+    "sched_setparam": ("self", "changes another process's scheduling priority after a uid check only"),
+    "sched_setattr": ("self", "changes another process's scheduling policy after a uid check only"),
+    "ioprio_set": ("self", "the idle I/O class needs no privilege; IOPRIO_WHO_USER reaches every process of the caller"),
+    "migrate_pages": ("self", "moves another process's memory between NUMA nodes (Landlock's ptrace check refuses "
+                              "it too)"),
+    "move_pages": ("self", "moves or locates another process's pages (Landlock's ptrace check refuses it too)"),
+    "get_robust_list": ("self", "reads another process's futex list head (Landlock's ptrace check refuses it too)"),
+    "getpriority": ("allow", "reads only; every process's nice value is in /proc/PID/stat"),
+    "sched_getaffinity": ("allow", "reads only (/proc/PID/status shows it); nproc and most runtimes ask with 0"),
+    "sched_getscheduler": ("allow", "reads only (/proc/PID/stat shows it)"),
+    "sched_getparam": ("allow", "reads only (/proc/PID/stat shows it)"),
+    "sched_getattr": ("allow", "reads only (/proc/PID/sched shows it)"),
+    "sched_rr_get_interval": ("allow", "reads a time slice length only"),
+    "ioprio_get": ("allow", "reads only"),
+    "kill": ("allow", "Landlock's signal scope (ABI 6) refuses signals to processes outside the sandbox; bwrap: "
+                      "PID namespace"),
+    "tkill": ("allow", "as kill: the signal scope checks every delivery"),
+    "tgkill": ("allow", "as kill: the signal scope checks every delivery"),
+    "rt_sigqueueinfo": ("allow", "as kill: the signal scope checks every delivery"),
+    "rt_tgsigqueueinfo": ("allow", "as kill: the signal scope checks every delivery"),
+    "pidfd_send_signal": ("allow", "as kill: the signal scope checks every delivery"),
+    "fcntl F_SETOWN": ("allow", "SIGIO to a process outside is refused by the signal scope (file_send_sigiotask)"),
+    "pidfd_open": ("allow", "a pidfd only names a process; each thing done with it is decided here (signals: scope; "
+                            "getfd, setns: refused; madvise, mrelease: refused; namespace ioctls: ptrace check)"),
+    "waitid": ("allow", "waits for the caller's own children only"),
+    "wait4": ("allow", "waits for the caller's own children only"),
+    "setpgid": ("allow", "the kernel allows it only on the caller and its children, within its session; the "
+                         "command runs in a session of its own"),
+    "getpgid": ("allow", "reads only (/proc/PID/stat shows it)"),
+    "getsid": ("allow", "reads only (/proc/PID/stat shows it)"),
+    "capget": ("allow", "reads only (/proc/PID/status shows it); the pid is in memory a filter cannot read"),
+    "capset": ("allow", "the kernel accepts only the caller itself"),
+    "setns": ("deny", "BUILTIN_DENY: joins another process's namespaces (through a pidfd too)"),
+}
+
+# How "the caller itself" is written, per "self" call: (argument of the target, the
+# argument that picks what the target is, values of it that name a process or the
+# caller's process group (never a whole user), its limit). The kernel reads these as
+# int; the filter compares all 64 bits, so a high garbage bit is refused, never let by.
+_PRIO_PROCESS, _PRIO_PGRP = 0, 1
+_IOPRIO_WHO_PROCESS, _IOPRIO_WHO_PGRP = 1, 2
+_SELF_ONLY: dict[str, tuple[int, tuple[int, tuple[int, ...], int] | None]] = {
+    "prlimit64": (0, None),
+    "setpriority": (1, (0, (_PRIO_PROCESS, _PRIO_PGRP), 3)),
+    "sched_setaffinity": (0, None),
+    "sched_setscheduler": (0, None),
+    "sched_setparam": (0, None),
+    "sched_setattr": (0, None),
+    "ioprio_set": (1, (0, (_IOPRIO_WHO_PROCESS, _IOPRIO_WHO_PGRP), 4)),
+    "migrate_pages": (0, None),
+    "move_pages": (0, None),
+    "get_robust_list": (0, None),
+}
+# prlimit64(pid, resource, new, old): reading another's limits (new == NULL) stays allowed.
+_PRLIMIT_NEW_ARG = 2
+
+# Host IPC that no Landlock ABI governs: System V objects are found by key or id, POSIX
+# message queues live in the IPC namespace's own mqueue mount (not a path Landlock
+# sees). Refused when the command shares the host's IPC namespace (Landlock, not root;
+# for uid 0 the Landlock runner unshares one, as bwrap always does).
+HOST_IPC_DENY: dict[str, str] = {
+    **{n: "System V shared memory of the host's IPC namespace" for n in ("shmget", "shmat", "shmctl", "shmdt")},
+    **{n: "System V message queues of the host's IPC namespace" for n in ("msgget", "msgsnd", "msgrcv", "msgctl")},
+    **{n: "System V semaphores of the host's IPC namespace" for n in ("semget", "semop", "semtimedop", "semctl")},
+    **{n: "POSIX message queues of the host's IPC namespace (not path-checked by Landlock)"
+       for n in ("mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr")},
+}
+
 # Denied with another errno than EPERM, and why.
 _ERRNO_OVERRIDE = {
     # glibc (2.34+) tries clone3 first and falls back to clone only on ENOSYS; EPERM
@@ -156,6 +266,75 @@ MSG_FASTOPEN = 0x20000000
 # a larger value is refused by the kernel itself, and by the filter too.
 _AF_LIMIT = 64
 
+# Every address family up to AF_MAX (46 in Linux 6.x), and whether a network namespace
+# keeps it inside. Only the four families in ALLOWED_FAMILIES can be created, on both
+# backends; the rest are refused by socket() and socketpair() (the family is a plain
+# register argument), whatever the kernel has built in. "own netns" families would stay
+# inside bwrap's namespace with the network off, but not with it on (the host's
+# namespace), nor ever under Landlock; "not namespaced" ones reach outside any sandbox.
+SOCKET_FAMILIES: dict[int, tuple[str, str]] = {
+    0: ("AF_UNSPEC", "no sockets"),
+    1: ("AF_UNIX", "paths: bwrap's mount namespace, Landlock's seccomp rules; abstract names: per netns"),
+    2: ("AF_INET", "own netns"),
+    3: ("AF_AX25", "not namespaced (amateur radio, initial netns only)"),
+    4: ("AF_IPX", "removed from Linux"),
+    5: ("AF_APPLETALK", "not namespaced (initial netns only)"),
+    6: ("AF_NETROM", "not namespaced (initial netns only)"),
+    7: ("AF_BRIDGE", "no sockets"),
+    8: ("AF_ATMPVC", "not namespaced (ATM devices)"),
+    9: ("AF_X25", "not namespaced (initial netns only)"),
+    10: ("AF_INET6", "own netns"),
+    11: ("AF_ROSE", "not namespaced (initial netns only)"),
+    12: ("AF_DECnet", "removed from Linux"),
+    13: ("AF_NETBEUI", "no sockets"),
+    14: ("AF_SECURITY", "no sockets"),
+    15: ("AF_KEY", "own netns; changes IPsec state (CAP_NET_ADMIN)"),
+    16: ("AF_NETLINK", "own netns for most protocols; some (audit, uevents, crypto) are global"),
+    17: ("AF_PACKET", "own netns, but with the network on it sees every frame of the host's interfaces (CAP_NET_RAW)"),
+    18: ("AF_ASH", "no sockets"),
+    19: ("AF_ECONET", "removed from Linux"),
+    20: ("AF_ATMSVC", "not namespaced (ATM devices)"),
+    21: ("AF_RDS", "partly namespaced (RDS over InfiniBand is not)"),
+    22: ("AF_SNA", "no sockets"),
+    23: ("AF_IRDA", "removed from Linux"),
+    24: ("AF_PPPOX", "own netns (PPP over Ethernet, L2TP)"),
+    25: ("AF_WANPIPE", "no sockets"),
+    26: ("AF_LLC", "not namespaced (initial netns only)"),
+    27: ("AF_IB", "no sockets (InfiniBand addresses)"),
+    28: ("AF_MPLS", "no sockets (routing through netlink)"),
+    29: ("AF_CAN", "own netns, but CAN buses are real hardware and raw CAN needs no privilege"),
+    30: ("AF_TIPC", "own netns; a large, rarely used protocol stack"),
+    31: ("AF_BLUETOOTH", "not namespaced: the host's Bluetooth adapters"),
+    32: ("AF_IUCV", "not namespaced (s390 hypervisor communication)"),
+    33: ("AF_RXRPC", "own netns (AFS)"),
+    34: ("AF_ISDN", "removed from Linux"),
+    35: ("AF_PHONET", "not namespaced (initial netns only)"),
+    36: ("AF_IEEE802154", "not namespaced (initial netns only)"),
+    37: ("AF_CAIF", "own netns (modems)"),
+    38: ("AF_ALG", "not namespaced: the kernel crypto API, a large attack surface reachable without privilege"),
+    39: ("AF_NFC", "not namespaced (initial netns only)"),
+    40: ("AF_VSOCK", "not namespaced: reaches the hypervisor and other VMs on the host"),
+    41: ("AF_KCM", "own netns (multiplexes TCP)"),
+    42: ("AF_QIPCRTR", "not namespaced (Qualcomm IPC router to modems and DSPs)"),
+    43: ("AF_SMC", "own netns, but RDMA/ISM devices underneath are shared"),
+    44: ("AF_XDP", "own netns, but with the network on it reads the host's interfaces (CAP_NET_RAW)"),
+    45: ("AF_MCTP", "own netns (management controllers on the host's buses)"),
+}
+# The families a command may create, and why each is needed and kept inside.
+ALLOWED_FAMILIES: dict[int, str] = {
+    1: "pipes between processes, local servers and test runners; socket files follow the file rules (bwrap) or "
+       "are refused unless allowed (Landlock)",
+    2: "the network, when the policy allows it; bwrap: own namespace when off; Landlock: refused when off, "
+       "TCP-only under port rules",
+    10: "as AF_INET",
+    16: "NETLINK_ROUTE only: getaddrinfo(AI_ADDRCONFIG), getifaddrs and if_nameindex read interfaces through it; "
+        "changing anything needs CAP_NET_ADMIN, which every backend drops",
+}
+# Other netlink protocols are refused: audit, uevents, connector, crypto and generic
+# netlink (a hundred kernel subsystems) answer for the whole host or are large surfaces,
+# and no build or test tool needs them.
+NETLINK_ROUTE = 0
+
 # What the Landlock runtime additionally closes with socket filters (reported by the
 # Landlock backend; bwrap has namespaces for these).
 LANDLOCK_SOCKET_GAPS: dict[str, str] = {
@@ -165,8 +344,22 @@ LANDLOCK_SOCKET_GAPS: dict[str, str] = {
     "inet-rules": "with per-port rules only plain TCP sockets can be created: UDP, raw, SCTP and MPTCP are refused because Landlock's port rules see TCP only",
     "fastopen": "MSG_FASTOPEN on sendto/sendmsg is refused: it connects without passing Landlock's connect check",
     "listen": "listen(2) is refused when no bind rule exists: listening on an unbound socket takes a port without Landlock's bind check",
-    "other-families": "address families other than AF_UNIX, AF_NETLINK, AF_INET and AF_INET6 are refused (vsock, packet, bluetooth, ...), because Landlock does not govern them",
 }
+
+
+def refused_families() -> list[str]:
+    """Names of the families socket() refuses on every backend (for the report)."""
+    return [name for nr, (name, why) in sorted(SOCKET_FAMILIES.items())
+            if nr not in ALLOWED_FAMILIES and not why.startswith(("no sockets", "removed"))]
+
+
+def families_verdict_text(extra: str = "") -> str:
+    """The report's one sentence on socket families, the same for both backends."""
+    return ("only AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK (NETLINK_ROUTE) sockets can be created" + extra
+            + "; refused by socket() and socketpair(): " + ", ".join(refused_families())
+            + " (and every other family); tools that need them fail (packet capture, Bluetooth, CAN, "
+            "vsock, AF_ALG crypto offload, ss and other netlink clients)")
+
 
 ARCHES = ("x86_64", "aarch64")
 
@@ -221,6 +414,16 @@ def _deny_values(s, f, action, syscall: str, argno: int, allowed: tuple[int, ...
         f.add_rule(action, syscall, s.Arg(argno, s.GE, limit), *extra)
 
 
+def _family_rules(s, f, eperm, families: tuple[int, ...]) -> None:
+    """Both backends: socket() only for ``families`` (AF_NETLINK for NETLINK_ROUTE only),
+    socketpair() only for AF_UNIX (see SOCKET_FAMILIES)."""
+    _deny_values(s, f, eperm, "socket", 0, families, _AF_LIMIT)
+    if AF_NETLINK in families:
+        # 64-bit compare: a protocol with high bits set is refused (the kernel takes an int).
+        f.add_rule(eperm, "socket", s.Arg(0, s.EQ, AF_NETLINK), s.Arg(2, s.NE, NETLINK_ROUTE))
+    _deny_values(s, f, eperm, "socketpair", 0, (AF_UNIX,), _AF_LIMIT)
+
+
 def _socket_rules(s, f, eperm, syscalls: SyscallPlan, network: Network) -> None:
     """Landlock's gaps closed at socket creation (see LANDLOCK_SOCKET_GAPS)."""
     families = [AF_NETLINK]
@@ -228,7 +431,7 @@ def _socket_rules(s, f, eperm, syscalls: SyscallPlan, network: Network) -> None:
         families.append(AF_UNIX)
     if network.mode in (NET_ON, NET_RULES):
         families += [AF_INET, AF_INET6]
-    _deny_values(s, f, eperm, "socket", 0, tuple(families), _AF_LIMIT)
+    _family_rules(s, f, eperm, tuple(sorted(families)))
 
     if network.mode == NET_RULES:
         # Only plain TCP: SOCK_STREAM with protocol 0 or IPPROTO_TCP. MPTCP (262) and
@@ -252,23 +455,50 @@ def _socket_rules(s, f, eperm, syscalls: SyscallPlan, network: Network) -> None:
         f.add_rule(eperm, "sendmsg", s.Arg(2, s.MASKED_EQ, fo, fo))
         f.add_rule(eperm, "sendmmsg", s.Arg(3, s.MASKED_EQ, fo, fo))
 
-    # socketpair: AF_UNIX stream and seqpacket only. A datagram socket (even one of a
-    # connected pair) can sendto(2) any socket path, masked ones included.
-    _deny_values(s, f, eperm, "socketpair", 0, (AF_UNIX,), _AF_LIMIT)
+    # socketpair: stream and seqpacket only. A datagram socket (even one of a connected
+    # pair) can sendto(2) any socket path, masked ones included.
     if not syscalls.allow_unix_sockets:
         _deny_values(s, f, eperm, "socketpair", 1, (SOCK_STREAM, SOCK_SEQPACKET), SOCK_TYPE_MASK + 1, mask=SOCK_TYPE_MASK)
 
 
+def _process_rules(s, f, eperm, native: int, denied: set) -> None:
+    """Landlock: the "self" calls of PROCESS_CALLS refused unless they name the caller."""
+    for name, (target, kind) in sorted(_SELF_ONLY.items()):
+        if name in denied or not _exists(s, native, name):
+            continue
+        if name == "prlimit64":
+            f.add_rule(eperm, name, s.Arg(target, s.NE, 0), s.Arg(_PRLIMIT_NEW_ARG, s.NE, 0))
+        else:
+            f.add_rule(eperm, name, s.Arg(target, s.NE, 0))
+        if kind is not None:
+            which_arg, allowed, limit = kind
+            _deny_values(s, f, eperm, name, which_arg, allowed, limit)
+
+
+def _deny_numbered(s, f, action, native: int, name: str) -> None:
+    """Refuse ``name`` by name, or by its number where libseccomp does not know it."""
+    if _exists(s, native, name):
+        f.add_rule(action, name)
+    elif name in NEW_SYSCALL_NUMBERS:
+        f.add_rule(action, NEW_SYSCALL_NUMBERS[name])
+
+
 def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Network, optimize: bool = True,
-                 root_metadata: bool = False):
+                 root_metadata: bool = False, host_ipc: bool = False, allow_only=None):
     """The libseccomp filter object (exposed for the benchmark and the tests).
 
-    ``root_metadata``: also refuse every call in ``ROOT_METADATA_DENY`` (Landlock as uid 0)."""
+    ``root_metadata``: also refuse every call in ``ROOT_METADATA_DENY`` (Landlock as uid 0).
+    ``host_ipc``: the command shares the host's IPC namespace (Landlock, not root): also
+    refuse every call in ``HOST_IPC_DENY``. ``allow_only`` (names; an experiment measured
+    by bench/seccomp_allowlist.py, used by no backend): every other call answers ENOSYS.
+    Not safe as it stands: libseccomp lets an unconditional ALLOW for a call override that
+    call's conditional refusals (socket families, TIOCSTI, setuid bits ...), see
+    docs/seccomp.md."""
     if purpose not in ("bwrap", "landlock"):
         raise ValueError(f"seccomp: unknown purpose {purpose!r}")
     s = _pyseccomp()
     eperm = s.ERRNO(errno.EPERM)
-    f = s.SyscallFilter(s.ALLOW)
+    f = s.SyscallFilter(s.ALLOW if allow_only is None else s.ERRNO(errno.ENOSYS))
     native = _native_arch(s, arch)
     if s.system_arch() != native:
         # The filter is for the target arch only; libseccomp starts with the native one.
@@ -291,11 +521,13 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
         f.add_rule(s.ERRNO(_ERRNO_OVERRIDE.get(name, errno.EPERM)), name)
 
     denied = set(syscalls.deny)
-    if root_metadata:
-        for name in sorted(ROOT_METADATA_DENY):
-            if name not in denied and _exists(s, native, name):
-                f.add_rule(eperm, name)
-                denied.add(name)  # no argument filters below for a call refused outright
+    outright = dict(ROOT_METADATA_DENY) if root_metadata else {}
+    if host_ipc:
+        outright.update(HOST_IPC_DENY)
+    for name in sorted(outright):
+        if name not in denied:
+            _deny_numbered(s, f, eperm, native, name)
+            denied.add(name)  # no argument filters below for a call refused outright
     # The kernel reads ioctl's request as an unsigned int: compare the low 32 bits only,
     # so high garbage bits in the register cannot slip past.
     if "ioctl" not in denied:
@@ -305,7 +537,8 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
         f.add_rule(eperm, "clone", s.Arg(0, s.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
     if "unshare" not in denied:
         f.add_rule(eperm, "unshare", s.Arg(0, s.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
-    if "clone3" not in denied:
+    # (With ``allow_only`` ENOSYS is the default: libseccomp refuses a rule that repeats it.)
+    if "clone3" not in denied and allow_only is None:
         f.add_rule(s.ERRNO(errno.ENOSYS), "clone3")
     if "personality" not in denied:
         # 0xffffffff only queries the persona: bit 31 set keeps those queries allowed
@@ -313,10 +546,19 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
         for bit in (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, MMAP_PAGE_ZERO):
             f.add_rule(eperm, "personality", s.Arg(0, s.MASKED_EQ, 0x80000000 | bit, bit))
 
-    _setid_rules(s, f, eperm, native, denied)
+    _setid_rules(s, f, eperm, native, denied, openat2_rule=allow_only is None)
 
     if purpose == "landlock":
         _socket_rules(s, f, eperm, syscalls, network)
+        _process_rules(s, f, eperm, native, denied)
+    else:
+        # bwrap's network namespace (with the network off) and its mount namespace keep
+        # the four allowed families inside; the others are refused as on Landlock.
+        _family_rules(s, f, eperm, tuple(sorted(ALLOWED_FAMILIES)))
+    if allow_only is not None:
+        for name in sorted(set(allow_only) - denied - set(BUILTIN_DENY) - set(_ERRNO_OVERRIDE)):
+            if _exists(s, native, name):
+                f.add_rule(s.ALLOW, name)
     return f
 
 
@@ -329,7 +571,7 @@ def _exists(s, native: int, name: str) -> bool:
         return False
 
 
-def _setid_rules(s, f, eperm, native: int, denied: set) -> None:
+def _setid_rules(s, f, eperm, native: int, denied: set, openat2_rule: bool = True) -> None:
     """No setuid or setgid bit on any file (see BUILTIN_ARG_FILTERS): refused where a mode
     is set (the chmod family) and where a file is created with one (open with O_CREAT or
     O_TMPFILE, creat, mknod). openat2 carries its mode in memory, so it answers ENOSYS."""
@@ -348,7 +590,7 @@ def _setid_rules(s, f, eperm, native: int, denied: set) -> None:
             # The mode counts only with O_CREAT or O_TMPFILE; without them it may be garbage.
             for flag in (O_CREAT, O_TMPFILE_BIT):
                 f.add_rule(eperm, name, s.Arg(flags_arg, s.MASKED_EQ, flag, flag), s.Arg(mode_arg, s.MASKED_EQ, bit, bit))
-    if "openat2" not in denied and _exists(s, native, "openat2"):
+    if openat2_rule and "openat2" not in denied and _exists(s, native, "openat2"):
         f.add_rule(s.ERRNO(errno.ENOSYS), "openat2")
 
 
@@ -362,13 +604,15 @@ def export(f) -> bytes:
 
 
 def compile_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Network,
-                   root_metadata: bool = False) -> bytes:
+                   root_metadata: bool = False, host_ipc: bool = False) -> bytes:
     """BPF bytes (struct sock_filter[], host byte order) for ``seccomp(SECCOMP_SET_MODE_FILTER)``.
 
-    ``purpose="bwrap"``: the deny list and argument filters; bwrap's namespaces do the
-    rest. ``purpose="landlock"``: also the socket rules that close Landlock's gaps.
+    ``purpose="bwrap"``: the deny list, argument filters and socket families; bwrap's
+    namespaces do the rest. ``purpose="landlock"``: also the socket rules that close
+    Landlock's gaps and the "self" rules of PROCESS_CALLS.
     """
-    return export(build_filter(syscalls, arch, purpose=purpose, network=network, root_metadata=root_metadata))
+    return export(build_filter(syscalls, arch, purpose=purpose, network=network, root_metadata=root_metadata,
+                               host_ipc=host_ipc))
 
 
 def instruction_count(bpf: bytes) -> int:

@@ -1,0 +1,56 @@
+"""As root on Landlock, setxattrat(2) and removexattrat(2) (Linux 6.13) are refused like
+setxattr: the libseccomp the compiler uses may not know their names, so the filter
+names them by number (seccomp.NEW_SYSCALL_NUMBERS)."""
+import os
+import sys
+import textwrap
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import cases  # noqa: E402
+from cases import landlock_abi, make_plan  # noqa: E402
+from conftest import SANDBOX_PYTHON  # noqa: E402
+
+pytestmark = [pytest.mark.live, pytest.mark.root_only]  # what uid 0 can change on host files
+
+if os.uname().machine != "x86_64":
+    pytest.skip("the probe uses x86_64 syscall numbers", allow_module_level=True)
+
+# setxattrat(AT_FDCWD, path, 0, "user.sbxc", &{value, size, flags}, sizeof): 463
+PROBE = textwrap.dedent(r'''
+    import ctypes, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    class Args(ctypes.Structure):
+        _fields_ = [("value", ctypes.c_uint64), ("size", ctypes.c_uint32), ("flags", ctypes.c_uint32)]
+    val = ctypes.create_string_buffer(b"planted")
+    a = Args(ctypes.addressof(val), 7, 0)
+    r = libc.syscall(ctypes.c_long(463), ctypes.c_long(-100), sys.argv[1].encode(), ctypes.c_long(0),
+                     b"user.sbxc", ctypes.byref(a), ctypes.c_long(ctypes.sizeof(a)))
+    print(0 if r == 0 else -ctypes.get_errno())
+''')
+
+
+def test_setxattrat_refused_on_host_files(tree, tmp_path):
+    if landlock_abi() < 6:
+        pytest.skip("Landlock ABI 6 needed")
+    target = f"{tree}/outside/o.txt"  # read-only to the sandbox, owned by root
+    try:
+        os.getxattr(target, "user.sbxc")
+        pytest.fail("the attribute exists before the test")
+    except OSError:
+        pass
+    plan = make_plan(cases.shared_rules(tree), project=f"{tree}/proj")
+    r = cases.run_plan(plan, "landlock", [SANDBOX_PYTHON, "-c", PROBE, target], cwd=f"{tree}/proj", tmp=str(tmp_path))
+    assert r.rc == 0 and r.out.strip() == "-1", r  # EPERM
+    with pytest.raises(OSError):
+        os.getxattr(target, "user.sbxc")
+    # control: the same call outside the sandbox sets it (so the kernel has setxattrat)
+    import subprocess
+
+    p = subprocess.run([SANDBOX_PYTHON, "-c", PROBE, target], capture_output=True, text=True, timeout=60)
+    if p.stdout.strip() == "-38":
+        pytest.skip("this kernel has no setxattrat (Linux 6.13+)")
+    assert p.stdout.strip() == "0", p
+    assert os.getxattr(target, "user.sbxc") == b"planted"
