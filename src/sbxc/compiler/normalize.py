@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from .. import cache as cachemod
-from ..backends.seccomp import BUILTIN_DENY
+from ..denylist import BUILTIN_DENY
 from .diagnostics import Related, diag
 from .expand import Expander, lexical, tmp_dir
 from .hostpaths import HostPaths
