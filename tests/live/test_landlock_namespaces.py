@@ -380,8 +380,8 @@ def test_lowered_limits_do_not_stop_the_post_run_clean_up(tree, tmp_path):
     pidfile = f"{tree}/proj/sub/bg.pid"
     go = f"{tree}/proj/sub/go"
     p = _start(tmp_path, tree, ["/bin/sh", "-c",
-                                f"(setsid /bin/sh -c '{HOST_PID} > {pidfile}; exec sleep 60' &); "
-                                f"while [ ! -e {go} ]; do sleep 0.05; done"],
+                                f"(setsid /bin/sh -c '{HOST_PID} > {pidfile}; exec sleep 60' "
+                                f"</dev/null >/dev/null 2>&1 &); while [ ! -e {go} ]; do sleep 0.05; done"],
                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pid = 0
     try:
