@@ -7,17 +7,33 @@ killed runs are removed), makes sbxc a child subreaper, and returns a ``LaunchSp
 whose ``child_setup`` runs in the forked child, after the core closed every descriptor
 above 2.
 
-Processes. Without a PID namespace nothing ends a command's background processes for
-us, so the forked child stays outside the sandbox as a small reaper (``supervise``): a
-child subreaper, so every orphan of the command becomes its child; it forks the
+Processes. The forked child stays outside the sandbox as a small reaper (``supervise``):
+a child subreaper, so every orphan of the command becomes its child; it forks the
 command, relays sbxc's forwarded signals to the command's process group, reaps orphans
 as they end, and when the command ends kills every remaining descendant and exits with
 the command's status (128+N for signal N, as sbxc reports it anyway). When sbxc dies
 (even by SIGKILL), its parent-death signal makes it kill them all too. sbxc itself is a
 subreaper as well and, after the child ended (``after_exit``), kills whatever is still
 below it (processes left when the reaper itself was killed), before the cleanups and
-the policy check run. What stays out of reach: both sbxc and the reaper killed by
-SIGKILL at once (no PID namespace or cgroup to fall back on; docs/landlock.md).
+the policy check run.
+
+Namespaces. Where this process may (root: CAP_SYS_ADMIN, still held before confine
+drops it), the reaper unshares CLONE_NEWPID|CLONE_NEWIPC first; its first child is the
+new PID namespace's idle init and the command its second (``_start_namespace_init``
+says why the command is not PID 1). The command then reaches no process outside its
+namespace by pid (kill, prlimit, setpriority, pidfd_open ... answer ESRCH; sbxc and the
+reaper are outside) and no SysV IPC object of the host; when the init ends the kernel
+ends everything in the namespace, so sbxc and the reaper killed together leave nothing.
+Root without it is refused: its command would reach every root process. An
+unprivileged user gets it only inside a user namespace, which this backend exists to do
+without: its command shares the host's namespaces (``sbxc doctor`` says which). There
+is no mount namespace, so /proc stays the host's procfs: /proc/self still names the
+reader (resolved in the procfs's namespace), but with its host number, not getpid()'s.
+
+Resource limits. A process of the same uid may lower another's limits (prlimit(2)); sbxc
+and the reaper note theirs before the run and put the soft limits back before their
+post-run work (``restore_limits``), so that running out of descriptors cannot turn
+"cannot list the command's processes" into "none left".
 
 In the command's process, forked by the reaper:
 
