@@ -135,6 +135,41 @@ def test_doctor_and_the_runner_agree_on_namespaces(tree, tmp_path):
         assert ppid > 1
 
 
+# Refuses unshare(2) with CLONE_NEWPID (as a container's seccomp policy may), then execs
+# the rest of argv: sbxc under it cannot make the namespaces.
+NO_PIDNS = r"""
+import errno, os, sys
+import pyseccomp as s
+f = s.SyscallFilter(s.ALLOW)
+f.add_rule(s.ERRNO(errno.EPERM), "unshare", s.Arg(0, s.MASKED_EQ, 0x20000000, 0x20000000))
+f.load()
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+@root_only
+def test_root_without_namespaces_is_refused(project, home):
+    """Fail closed: where root cannot make them, the run stops with 125 and one line, and
+    doctor says that Landlock runs as root refuse. Control: the same run without the
+    outer filter starts the command."""
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write("sbxc: 1\nextends: [builtin:default]\n")
+    marker = os.path.join(project, "ran")
+    cmd = sbxc_argv("exec", "--backend", "landlock", "--", "/bin/sh", "-c", f"echo x > {marker}")
+    env = base_env(home)
+    r = subprocess.run([PYTHON, "-c", NO_PIDNS, *cmd], env=env, cwd=project, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 125 and not os.path.exists(marker), r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sbxc: new PID and IPC namespaces for the root command "
+                                                   "could not be made (Operation not permitted)"), r.stderr
+    d = subprocess.run([PYTHON, "-c", NO_PIDNS, *sbxc_argv("doctor", "--root", os.path.join(project, "c"))],
+                       env=env, cwd=project, capture_output=True, text=True, timeout=60)
+    assert "landlock PID and IPC namespaces: no (" in d.stdout and "refuse (exit 125)" in d.stdout, d.stdout
+    ok = subprocess.run(cmd, env=env, cwd=project, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and os.path.exists(marker), ok  # control
+
+
 # ------------------------------------------------------------------ processes outside
 
 @root_only

@@ -580,8 +580,8 @@ def supervise(sbxc_pid: int, namespaces: bool = False, required: bool = False) -
             hold = _start_namespace_init()
         elif required:
             err = ctypes.get_errno()
-            raise Refusal(f"new PID and IPC namespaces for the root command could not be made ({os.strerror(err)}); "
-                          "without them it would reach every root process and the host's IPC objects",
+            raise Refusal(f"new PID and IPC namespaces for the root command could not be made ({os.strerror(err)}), "
+                          "and without them it would reach every root process and the host's IPC objects",
                           "give sbxc CAP_SYS_ADMIN (a container may withhold it), or run it as an unprivileged user")
     pid = os.fork()
     if pid == 0:
