@@ -27,8 +27,28 @@ def _read(path: str) -> str:
         return ""
 
 
-def host_lines(host, userns_why: str) -> tuple[list[str], bool]:
-    """Capability lines and whether a Linux backend works."""
+def namespace_line(uid: int, err: int) -> tuple[str, bool]:
+    """Whether the Landlock runner gives the command PID and IPC namespaces here, why, and
+    whether a Landlock run can start at all (root refuses to run without them). ``err``:
+    ``landlock_run.namespace_errno()``, 0 when unshare(CLONE_NEWPID|CLONE_NEWIPC) works."""
+    head = "  landlock PID and IPC namespaces: "
+    if err == 0:
+        why = ("root may make them" if uid == 0 else "this process holds CAP_SYS_ADMIN")
+        return (head + f"yes ({why}: the command sees no process outside its own by pid, "
+                "and no SysV IPC object or POSIX message queue of the host; /proc stays the host's)"), True
+    cause = os.strerror(err) if 0 < err < 255 else "unknown error"
+    if uid == 0:
+        return (head + f"no (unshare failed: {cause}; root without CAP_SYS_ADMIN, e.g. in a container): "
+                "Landlock runs as root refuse (exit 125), since the command would reach every root process"), False
+    return (head + f"no (unshare failed: {cause}; an unprivileged user may make them only inside a user "
+            "namespace, which the Landlock backend runs without): the command shares the host's PID and IPC "
+            f"namespaces, so processes and SysV IPC objects of uid {uid} stay reachable where the seccomp "
+            "filter allows the call"), True
+
+
+def host_lines(host, userns_why: str, ns_errno: int | None = None) -> tuple[list[str], bool]:
+    """Capability lines and whether a Linux backend works. ``ns_errno``: as for
+    ``namespace_line`` (None: not probed)."""
     lines = [f"host: {host.platform} {host.arch}, uid {host.uid}, home {host.home}"]
     if host.platform == "darwin":
         ok = os.path.exists("/usr/bin/sandbox-exec")
@@ -39,6 +59,7 @@ def host_lines(host, userns_why: str) -> tuple[list[str], bool]:
     else:
         lines.append("  bwrap: not found on PATH (install the bubblewrap package)")
     lines.append(f"  user namespaces: {'yes' if host.userns else 'no'} ({userns_why})")
+    landlock_runs = host.landlock_abi > 0
     if host.landlock_abi > 0:
         extra = []
         if host.landlock_abi >= 4:
@@ -47,6 +68,9 @@ def host_lines(host, userns_why: str) -> tuple[list[str], bool]:
             extra.append("signal and abstract-socket scopes")
         lines.append(f"  landlock: ABI {host.landlock_abi} (filesystem rules"
                      + "".join(", " + e for e in extra) + ")")
+        if ns_errno is not None:
+            line, landlock_runs = namespace_line(host.uid, ns_errno)
+            lines.append(line)
     else:
         lsm = _read("/sys/kernel/security/lsm")
         why = (f"not in the kernel's active security modules ({lsm}); add landlock to the lsm= boot parameter"
@@ -57,7 +81,7 @@ def host_lines(host, userns_why: str) -> tuple[list[str], bool]:
         lines.append(f"  seccomp: yes (filter actions: {acts or 'unknown'})")
     else:
         lines.append("  seccomp: no (/proc/sys/kernel/seccomp/actions_avail is missing: kernel built without seccomp filters)")
-    works = (bool(host.bwrap) and host.userns) or host.landlock_abi > 0
+    works = (bool(host.bwrap) and host.userns) or landlock_runs
     return lines, works
 
 
@@ -183,7 +207,12 @@ def main(argv) -> int:
     if host.platform == "linux":
         userns, userns_why = probe.userns_works(host.bwrap)
         host = replace(host, userns=userns, bwrap_version=probe.bwrap_version(host.bwrap) if host.bwrap else "")
-    lines, works = host_lines(host, userns_why)
+    ns_errno = None
+    if host.platform == "linux" and host.landlock_abi > 0:
+        from ..runtime.landlock_run import namespace_errno
+
+        ns_errno = namespace_errno()
+    lines, works = host_lines(host, userns_why, ns_errno)
     backend, why = choose_backend("auto", host)
     lines.append(f"backend auto: {backend} ({why})" if works or host.platform == "darwin"
                  else f"backend auto: none works here ({why})")
