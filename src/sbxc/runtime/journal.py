@@ -1,0 +1,482 @@
+"""The run journal: which runs could write which folders, and when.
+
+A policy file that a sandboxed command could have created or changed must not take
+effect until a person has looked at it (SPEC §5). Watching the files a run knows of
+(``launch.policy_watch``) cannot see a policy planted in some other folder, one reached
+later through ``extends``, or anything at all when sbxc dies before its post-run check.
+The journal answers the question from the other side: for every run, the folders it could
+write (real paths) and its time window; a policy file (or a symlink on the way to it)
+whose ctime falls in a window of a run that could write where it lies is *tainted* until
+``sbxc compile --check`` accepts it.
+
+Entries, all in the plans folder (0700, out of every sandbox's reach):
+
+- ``r-<pid>-<random>``: a run in progress, written (to a temporary name, then renamed)
+  before the command starts: pid, process start time, writable roots. Removed only when
+  the post-run checks have completed. One whose owner is gone (sbxc killed, or its checks
+  failed) stands for a window that never closes; one whose owner is alive is a
+  concurrent run, open as well.
+- ``j-windows``: the closed windows ``[start, end, roots]``, bounded (``MAX_WINDOWS``)
+  by merging the oldest into wider ones (wider only taints more).
+- ``a-<sha256 of real path>``: an accepted file: its sha256 and the (place, device,
+  inode, ctime) of it and of every symlink on the way. Any change makes a new ctime and
+  voids it.
+
+Clock. ctime is set by the kernel from CLOCK_REALTIME (coarse, or fine-grained where the
+file system has multigrain timestamps) and cannot be set back without CAP_SYS_TIME,
+which no sandbox keeps. A run's start is the earlier of ``time.time_ns()`` before its
+record is made and the record's own ctime (both before the command exists); its end is
+``time.time_ns()`` after the sandbox's last process was gone (a coarse ctime is never
+later than the real time of the write). A ctime that is a whole multiple of 10^k ns (a
+file system that keeps only seconds, or 2 s on FAT) is compared with the start rounded
+down to that step, so a coarse file system cannot hide a write inside the window; the
+cost is a file written within the same step before a run started, which is tainted.
+
+Hot path: ``begin`` and ``finish`` are a few syscalls each (no listing of the folder). The
+journal is read only when a plan is compiled (a plan-cache miss): a cached plan is keyed
+by its sources' sha256 and was only stored after they passed this check, so the same
+bytes need no second look.
+"""
+from __future__ import annotations
+
+import marshal
+import os
+
+from .errors import Refusal, one_line
+
+RECORD_PREFIX = "r-"
+ACCEPT_PREFIX = "a-"
+WINDOWS_NAME = "j-windows"
+LOCK_NAME = "j-lock"
+JOURNAL_VERSION = 1
+MAX_WINDOWS = 128
+MAX_ROOTS = 64
+MAX_RECORD_BYTES = 1 << 20
+_NEVER = 1 << 62  # the end of a window that is still open
+
+
+def _proc_start(pid: int) -> str:
+    """The process's start time (clock ticks since boot, /proc/PID/stat field 22): with the
+    pid it names one process, not a later one that got the same pid. "" where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read(4096)
+    except OSError:
+        return ""
+    fields = data.rpartition(b")")[2].split()
+    return fields[19].decode("ascii", "replace") if len(fields) > 19 else ""
+
+
+def owner_alive(pid: int, ident: str) -> bool:
+    if ident:
+        return _proc_start(pid) == ident
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+# ------------------------------------------------------------------ what a run could write
+
+def writable_roots(pf: dict, cache_dir) -> list:
+    """Real paths the run's command could write: the plan's ``write`` rules (already real
+    paths, re-checked before the run), the project's cache folder, and on Landlock the
+    per-run folders that stand in for ``tmpfs`` (a root ending in ``*`` is a name prefix).
+    bwrap's ``tmpfs`` folders are private to the sandbox and vanish with it."""
+    rt = pf.get("runtime") or {}
+    backend = pf.get("backend")
+    roots = set()
+    for path, _kind, access in rt.get("checks", ()):
+        if access == "write":
+            roots.add(path)
+        elif access == "tmpfs" and backend != "bwrap":
+            if backend == "landlock":
+                from .landlock_run import RUN_PREFIX  # the runner is loaded already
+
+                # A per-run folder is made in the rule's folder, or in /tmp when that fails.
+                for base in (path, "/tmp"):
+                    roots.add(base.rstrip("/") + "/" + RUN_PREFIX + "*")
+            else:
+                roots.add(path)
+    if cache_dir:
+        roots.add(os.path.realpath(cache_dir))
+    return sorted(roots)
+
+
+def under(path: str, root: str) -> bool:
+    if root.endswith("*"):
+        return path.startswith(root[:-1])
+    return path == root or root == "/" or path.startswith(root.rstrip("/") + "/")
+
+
+# ------------------------------------------------------------------ entries
+
+def _read(dir_fd: int, name: str):
+    """(entry, stat) of a marshal entry of ours, or (None, None)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return None, None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or (st.st_mode & 0o170000) != 0o100000 or st.st_size > MAX_RECORD_BYTES:
+            return None, st
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+        try:
+            entry = marshal.loads(b"".join(chunks))
+        except (EOFError, ValueError, TypeError):
+            return None, st
+        return (entry if isinstance(entry, dict) and entry.get("v") == JOURNAL_VERSION else None), st
+    finally:
+        os.close(fd)
+
+
+def _write(dir_fd: int, name: str, entry: dict) -> None:
+    """Write to a fresh name, then rename: readers see all of it or nothing. Raises OSError."""
+    data = marshal.dumps(entry)
+    tmp = f".tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except OSError:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+
+
+class Run:
+    """A run in progress: its record's name and when it started."""
+
+    __slots__ = ("dir_fd", "name", "start", "roots")
+
+    def __init__(self, dir_fd, name, start, roots):
+        self.dir_fd, self.name, self.start, self.roots = dir_fd, name, start, roots
+
+
+def begin(roots: list) -> Run:
+    """Record, before the command starts, that a run which can write ``roots`` is in
+    progress. A Refusal when it cannot be recorded: a run that no later run could account
+    for does not start."""
+    import time
+
+    from .plancache import open_plans_dir, plans_dir
+
+    dir_fd = open_plans_dir()
+    if dir_fd < 0:
+        raise Refusal(f"the plans folder {plans_dir()} cannot be used (it is missing and cannot be made, or another "
+                      "user owns it, or its mode is wider than 0700), so this run could not be recorded",
+                      f"remove it or fix its owner and mode (chmod 700 {plans_dir()})")
+    pid = os.getpid()
+    t0 = time.time_ns()
+    name = f"{RECORD_PREFIX}{pid}-{os.urandom(6).hex()}"
+    entry = {"v": JOURNAL_VERSION, "pid": pid, "ident": _proc_start(pid), "t0": t0, "roots": list(roots)}
+    try:
+        _write(dir_fd, name, entry)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as e:
+        os.close(dir_fd)
+        raise Refusal(f"this run could not be recorded in the plans folder {plans_dir()} ({e.strerror or e})",
+                      "free some space on its disk, then run again") from None
+    return Run(dir_fd, name, min(t0, st.st_ctime_ns), list(roots))
+
+
+def abandon(run: Run) -> None:
+    """The command never started (a refusal in the child, an exec error): nothing to keep."""
+    try:
+        os.unlink(run.name, dir_fd=run.dir_fd)
+    except OSError:
+        pass
+    os.close(run.dir_fd)
+
+
+def finish(run: Run) -> None:
+    """The post-run checks completed: move the run's window into ``j-windows`` and remove
+    its record. Raises OSError (or anything else) when that fails; the record then stays
+    and the next run treats the window as open."""
+    import time
+
+    end = time.time_ns()
+    try:
+        with _locked(run.dir_fd):
+            windows = load_windows(run.dir_fd)
+            windows.append([run.start, end, run.roots])
+            _write(run.dir_fd, WINDOWS_NAME, {"v": JOURNAL_VERSION, "w": bound(windows)})
+        os.unlink(run.name, dir_fd=run.dir_fd)
+    finally:
+        os.close(run.dir_fd)
+
+
+class _locked:
+    """An exclusive flock on ``j-lock``: two runs ending at once must not each write the
+    windows they read, losing the other's (a lost window would hide a plant)."""
+
+    def __init__(self, dir_fd):
+        self.dir_fd = dir_fd
+        self.fd = -1
+
+    def __enter__(self):
+        import fcntl
+
+        self.fd = os.open(LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=self.dir_fd)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+        return False
+
+
+def load_windows(dir_fd: int) -> list:
+    entry, st = _read(dir_fd, WINDOWS_NAME)
+    if entry is None:
+        if st is not None:
+            # There but unreadable (not ours, damaged): its windows cannot be known, so
+            # everything any run could have written since any time is suspect.
+            return [[0, _NEVER, ["/"]]]
+        return []
+    return [list(w) for w in entry.get("w", ())]
+
+
+def bound(windows: list) -> list:
+    """At most MAX_WINDOWS windows: merge the two oldest into one that spans both and
+    whose roots cover both (wider only ever taints more; no window is dropped)."""
+    windows = sorted(windows, key=lambda w: (w[0], w[1]))
+    while len(windows) > MAX_WINDOWS:
+        a, b = windows[0], windows[1]
+        merged = [min(a[0], b[0]), max(a[1], b[1]), _cap_roots(set(a[2]) | set(b[2]))]
+        windows[:2] = [merged]
+        windows.sort(key=lambda w: (w[0], w[1]))
+    return windows
+
+
+def _cap_roots(roots: set) -> list:
+    """Roots that cover ``roots``, at most MAX_ROOTS of them: past that, each is replaced
+    by its folder (a prefix root by its folder too) until few enough remain."""
+    while len(roots) > MAX_ROOTS:
+        roots = {os.path.dirname(r.rstrip("*").rstrip("/")) or "/" for r in roots}
+    # Drop those under another root: they add nothing.
+    out = sorted(roots)
+    return [r for r in out if not any(o != r and under(r.rstrip("*"), o) for o in out)]
+
+
+# ------------------------------------------------------------------ the check
+
+def way(path: str) -> list:
+    """(place, st) of every symlink met while resolving ``path`` and of the file it
+    reaches: each could have been planted. ``place`` is the entry's real location (its
+    folder resolved, its own name kept)."""
+    import posixpath
+    import stat
+
+    parts = [p for p in path.split("/") if p and p != "."]
+    resolved = "/"
+    out = []
+    for _ in range(256):
+        if not parts:
+            break
+        part = parts.pop(0)
+        if part == "..":
+            resolved = posixpath.dirname(resolved) or "/"
+            continue
+        cand = posixpath.join(resolved, part)
+        try:
+            st = os.lstat(cand)
+        except OSError:
+            break
+        if stat.S_ISLNK(st.st_mode):
+            out.append((cand, st))
+            try:
+                target = os.readlink(cand)
+            except OSError:
+                break
+            if target.startswith("/"):
+                resolved = "/"
+            parts = [p for p in target.split("/") if p and p != "."] + parts
+            continue
+        resolved = cand
+        if not parts:
+            out.append((cand, st))
+    return out
+
+
+def _granule(ns: int) -> int:
+    """The timestamp step a ctime shows (see the module text): 1 ns usually."""
+    g = 1
+    while g < 10 ** 9 and ns % (g * 10) == 0:
+        g *= 10
+    if g == 10 ** 9 and ns % (2 * 10 ** 9) == 0:
+        g = 2 * 10 ** 9
+    return g
+
+
+class Window:
+    __slots__ = ("start", "end", "roots", "pid", "alive")
+
+    def __init__(self, start, end, roots, pid=0, alive=False):
+        self.start, self.end, self.roots, self.pid, self.alive = start, end, roots, pid, alive
+
+
+def windows_now(dir_fd: int) -> list:
+    """Every window: the closed ones, and one per record of a run in progress (``end``
+    None), with whether its sbxc is still alive."""
+    out = [Window(s, e, tuple(r)) for s, e, r in load_windows(dir_fd)]
+    try:
+        list_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return out + [Window(0, None, ("/",))]  # cannot list: any run may be in progress
+    try:
+        with os.scandir(list_fd) as it:
+            names = [e.name for e in it if e.name.startswith(RECORD_PREFIX)]
+    finally:
+        os.close(list_fd)
+    for name in names:
+        rec, st = _read(dir_fd, name)
+        if rec is None:
+            if st is not None:
+                out.append(Window(0, None, ("/",)))  # damaged: what it could write is unknown
+            continue
+        start = min(int(rec.get("t0", 0)), st.st_ctime_ns)
+        pid = int(rec.get("pid", 0))
+        out.append(Window(start, None, tuple(rec.get("roots", ("/",))), pid, owner_alive(pid, rec.get("ident", ""))))
+    return out
+
+
+def _covering(windows, place: str, ctime: int):
+    for w in windows:
+        g = _granule(ctime)
+        if w.start - w.start % g <= ctime and (w.end is None or ctime <= w.end) and any(under(place, r) for r in w.roots):
+            return w
+    return None
+
+
+def _accept_name(real: str) -> str:
+    from .plancache import _hex
+
+    return ACCEPT_PREFIX + _hex(real.encode("utf-8", "surrogateescape"))
+
+
+def _ids(steps) -> list:
+    return [[p, st.st_dev, st.st_ino, st.st_ctime_ns] for p, st in steps]
+
+
+def accepted(dir_fd: int, path: str, sha: str, steps) -> bool:
+    entry, _st = _read(dir_fd, _accept_name(os.path.realpath(path)))
+    return entry is not None and entry.get("sha") == sha and entry.get("way") == _ids(steps)
+
+
+def taint_of(dir_fd: int, path: str, sha: str, windows):
+    """The window that taints ``path`` (whose content has ``sha``), or None."""
+    steps = way(path)
+    hits = [(p, w) for p, st in steps for w in [_covering(windows, p, st.st_ctime_ns)] if w is not None]
+    if not hits or accepted(dir_fd, path, sha, steps):
+        return None
+    return hits[0]
+
+
+def refusal(path: str, place: str, w: Window) -> Refusal:
+    import time
+
+    shown = one_line(path, 300)
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(w.start / 1e9)) if w.start else "an unknown time"
+    link = "" if place == os.path.realpath(path) else f" (through {one_line(place, 200)})"
+    if w.end is not None:
+        how = f"by the sandboxed command of a run that started at {when} and could write there"
+    elif w.alive:
+        how = f"by the sandboxed command of a run still in progress (sbxc pid {w.pid}, started {when})"
+    else:
+        how = (f"by the sandboxed command of a run that started at {when} (sbxc pid {w.pid}) and ended without "
+               "completing its post-run checks")
+    return Refusal(f"the policy {shown}{link} may have been written {how}",
+                   f"review it, then accept it with 'sbxc compile --check {shown}'")
+
+
+def check_sources(dir_fd: int, sources) -> None:
+    """Refuse when a policy file (absolute paths of ``sources``, (path, sha256) pairs) is
+    tainted and not accepted. Reads the journal once."""
+    files = [(p, d) for p, d in sources if isinstance(p, str) and p.startswith("/")]
+    if not files:
+        return
+    windows = windows_now(dir_fd)
+    if not windows:
+        return
+    for path, sha in files:
+        hit = taint_of(dir_fd, path, sha, windows)
+        if hit is not None:
+            raise refusal(path, hit[0], hit[1])
+
+
+def accept(sources) -> tuple:
+    """``sbxc compile --check`` passed on ``sources``: record each tainted file (and the
+    links on the way) as accepted, and close the windows of runs whose sbxc is gone and
+    that could write one of them (the person has now looked; what such a run could write
+    before now stays tainted). Returns (paths accepted, pids of runs closed)."""
+    import time
+
+    from .plancache import open_plans_dir
+
+    dir_fd = open_plans_dir()
+    if dir_fd < 0:
+        return [], []
+    done, closed = [], []
+    try:
+        windows = windows_now(dir_fd)
+        for path, sha in sources:
+            if not isinstance(path, str) or not path.startswith("/"):
+                continue
+            steps = way(path)
+            hit = [w for p, st in steps for w in [_covering(windows, p, st.st_ctime_ns)] if w is not None]
+            if not hit or accepted(dir_fd, path, sha, steps):
+                continue
+            try:
+                _write(dir_fd, _accept_name(os.path.realpath(path)),
+                       {"v": JOURNAL_VERSION, "path": os.path.realpath(path), "sha": sha, "way": _ids(steps)})
+                done.append(path)
+            except OSError:
+                pass
+        places = [p for path, _sha in sources if isinstance(path, str) and path.startswith("/")
+                  for p, _st in way(path)]
+        stale = [w for w in windows if w.end is None and w.pid and not w.alive and any(
+            under(p, r) for p in places for r in w.roots)]
+        if stale:
+            now = time.time_ns()
+            with _locked(dir_fd):
+                kept = load_windows(dir_fd)
+                for w in stale:
+                    kept.append([w.start, now, list(w.roots)])
+                _write(dir_fd, WINDOWS_NAME, {"v": JOURNAL_VERSION, "w": bound(kept)})
+            for name in _record_names(dir_fd):
+                rec, _st = _read(dir_fd, name)
+                if rec is not None and any(int(rec.get("pid", 0)) == w.pid for w in stale) and not owner_alive(
+                        int(rec.get("pid", 0)), rec.get("ident", "")):
+                    try:
+                        os.unlink(name, dir_fd=dir_fd)
+                        closed.append(int(rec["pid"]))
+                    except OSError:
+                        pass
+    finally:
+        os.close(dir_fd)
+    return done, closed
+
+
+def _record_names(dir_fd: int) -> list:
+    list_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        with os.scandir(list_fd) as it:
+            return [e.name for e in it if e.name.startswith(RECORD_PREFIX)]
+    finally:
+        os.close(list_fd)
