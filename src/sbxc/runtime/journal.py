@@ -219,6 +219,31 @@ def finish(run: Run) -> None:
         os.unlink(run.name, dir_fd=run.dir_fd)
     finally:
         os.close(run.dir_fd)
+    wait_past(end)
+
+
+# Linux's CLOCK_REALTIME_COARSE (not in Python's time module): the clock most ctimes come from.
+_COARSE = 5
+
+
+def wait_past(end: int) -> None:
+    """Return once a file changed from now on gets a ctime above ``end``. Most ctimes come
+    from the coarse clock, up to one tick (1-10 ms) behind the real time: a person's write
+    just after sbxc exits could otherwise get a ctime inside this run's window and be
+    refused. The post-run work has usually used up most of the tick already."""
+    import sys
+    import time
+
+    if not sys.platform.startswith("linux"):
+        return
+    for _ in range(100):
+        try:
+            left = end - time.clock_gettime_ns(_COARSE)
+        except OSError:
+            return
+        if left < 0:
+            return
+        time.sleep(left / 1e9 + 0.0002)
 
 
 class _locked:
