@@ -204,13 +204,11 @@ def abandon(run: Run) -> None:
     os.close(run.dir_fd)
 
 
-def finish(run: Run) -> None:
-    """The post-run checks completed: move the run's window into ``j-windows`` and remove
-    its record. Raises OSError (or anything else) when that fails; the record then stays
-    and the next run treats the window as open."""
-    import time
-
-    end = time.time_ns()
+def finish(run: Run, end: int) -> None:
+    """The post-run checks completed: move the run's window, which ended at ``end`` (the
+    real time once the sandbox's last process was gone), into ``j-windows`` and remove its
+    record. Raises OSError (or anything else) when that fails; the record then stays and
+    the next run treats the window as open."""
     try:
         with _locked(run.dir_fd):
             windows = load_windows(run.dir_fd)
@@ -278,14 +276,15 @@ def load_windows(dir_fd: int) -> list:
 
 
 def bound(windows: list) -> list:
-    """At most MAX_WINDOWS windows: merge the two oldest into one that spans both and
-    whose roots cover both (wider only ever taints more; no window is dropped)."""
+    """At most MAX_WINDOWS windows: merge the two neighbours (in time) with the shortest
+    gap between them into one that spans both and whose roots cover both. Wider only ever
+    taints more and no window is dropped; the long gaps, where a person edits between
+    runs, stay outside every window longest."""
     windows = sorted(windows, key=lambda w: (w[0], w[1]))
     while len(windows) > MAX_WINDOWS:
-        a, b = windows[0], windows[1]
-        merged = [min(a[0], b[0]), max(a[1], b[1]), _cap_roots(set(a[2]) | set(b[2]))]
-        windows[:2] = [merged]
-        windows.sort(key=lambda w: (w[0], w[1]))
+        i = min(range(len(windows) - 1), key=lambda k: windows[k + 1][0] - windows[k][1])
+        a, b = windows[i], windows[i + 1]
+        windows[i:i + 2] = [[min(a[0], b[0]), max(a[1], b[1]), _cap_roots(set(a[2]) | set(b[2]))]]
     return windows
 
 
@@ -404,15 +403,6 @@ def accepted(dir_fd: int, path: str, sha: str, steps) -> bool:
     return entry is not None and entry.get("sha") == sha and entry.get("way") == _ids(steps)
 
 
-def taint_of(dir_fd: int, path: str, sha: str, windows):
-    """The window that taints ``path`` (whose content has ``sha``), or None."""
-    steps = way(path)
-    hits = [(p, w) for p, st in steps for w in [_covering(windows, p, st.st_ctime_ns)] if w is not None]
-    if not hits or accepted(dir_fd, path, sha, steps):
-        return None
-    return hits[0]
-
-
 def refusal(path: str, place: str, w: Window) -> Refusal:
     import time
 
@@ -440,9 +430,25 @@ def check_sources(dir_fd: int, sources) -> None:
     if not windows:
         return
     for path, sha in files:
-        hit = taint_of(dir_fd, path, sha, windows)
-        if hit is not None:
-            raise refusal(path, hit[0], hit[1])
+        steps = way(path)
+        hits = [(p, w) for p, st in steps for w in [_covering(windows, p, st.st_ctime_ns)] if w is not None]
+        if accepted(dir_fd, path, sha, steps):
+            continue
+        if hits:
+            raise refusal(path, hits[0][0], hits[0][1])
+        # Clean now, so clean for as long as nothing changes it (a later window starts
+        # later than its ctime): noted, so that merging old windows into wider ones
+        # (``bound``) never turns a file already found clean into a tainted one.
+        _note(dir_fd, path, sha, steps)
+
+
+def _note(dir_fd: int, path: str, sha: str, steps) -> bool:
+    real = os.path.realpath(path)
+    try:
+        _write(dir_fd, _accept_name(real), {"v": JOURNAL_VERSION, "path": real, "sha": sha, "way": _ids(steps)})
+        return True
+    except OSError:
+        return False
 
 
 def accept(sources) -> tuple:
@@ -467,12 +473,8 @@ def accept(sources) -> tuple:
             hit = [w for p, st in steps for w in [_covering(windows, p, st.st_ctime_ns)] if w is not None]
             if not hit or accepted(dir_fd, path, sha, steps):
                 continue
-            try:
-                _write(dir_fd, _accept_name(os.path.realpath(path)),
-                       {"v": JOURNAL_VERSION, "path": os.path.realpath(path), "sha": sha, "way": _ids(steps)})
+            if _note(dir_fd, path, sha, steps):
                 done.append(path)
-            except OSError:
-                pass
         places = [p for path, _sha in sources if isinstance(path, str) and path.startswith("/")
                   for p, _st in way(path)]
         stale = [w for w in windows if w.end is None and w.pid and not w.alive and any(

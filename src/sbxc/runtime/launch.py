@@ -881,9 +881,14 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             net_off = ctx.network == "off" or (ctx.network == "rules" and backend == "bwrap")
             status = run(spec, net_off, state)
             state.status = status
+            import time
+
+            # The sandbox's processes are gone (bwrap's PID namespace died with it; on
+            # Landlock the reaper and after_exit ended them, checked again below).
+            end = time.time_ns()
             # Only now: every process of the sandbox is gone (a later write would escape the
             # comparison). Keep this after any post-exit clean-up of the sandbox's processes.
-            after_run(watch, record, status)
+            after_run(watch, record, status, end)
             return status
         finally:
             cache.cleanup()
@@ -909,7 +914,7 @@ def _processes_left() -> int:
     return left
 
 
-def after_run(watch, record, status: int) -> None:
+def after_run(watch, record, status: int, end: int) -> None:
     """The post-run checks, then the run's record is cleared. Any failure here (also an
     interrupt, or MemoryError after the command lowered sbxc's limits) leaves the record in
     place and prints one line saying that the command ran and what could not be checked;
@@ -923,7 +928,7 @@ def after_run(watch, record, status: int) -> None:
         if _processes_left():
             raise RuntimeError("processes the command started are still running")
         step = "recording the run's end"
-        journal.finish(record)
+        journal.finish(record, end)
         return
     except BaseException as e:
         try:
