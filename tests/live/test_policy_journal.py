@@ -296,6 +296,6 @@ def test_bounded_journal_only_widens():
     probes = [(rnd.choice(w[2]) + "/f", rnd.randrange(w[0], w[1] + 1)) for w in windows for _ in range(3)]
     merged = journal.bound(windows)
     assert len(merged) <= journal.MAX_WINDOWS
-    ws = [journal.Window(s, e, tuple(r)) for s, e, r in merged]
+    ws = [journal.Window(w[0], w[1], tuple(w[2])) for w in merged]
     for place, ctime in probes:
         assert journal._covering(ws, place, ctime) is not None, (place, ctime)

@@ -802,16 +802,19 @@ def policy_watch(sources, cwd: str) -> list:
 def note_policy_changes(watch) -> None:
     """After the command (and every process of its sandbox) has ended: for each watched
     policy file that appeared, changed or vanished, one warning line, and a taint entry in
-    the plans folder so that the next ``exec`` refuses it until it is accepted."""
+    the plans folder so that the next ``exec`` refuses it until it is accepted. Returns
+    (real path, state) of every watched file as read now, for the run journal."""
     from .plancache import policy_state, record_taints
 
     changed = []
+    after = []
     for path, before in watch or ():
         now = policy_state(path)  # bounded: an oversized file is not hashed
+        after.append((os.path.realpath(path), now))
         if now != before:
             changed.append((path, before, now))
     if not changed:
-        return
+        return after
     # Recorded first, printed after: an interrupt while printing must not lose the taints.
     recorded = record_taints([(path, now) for path, _before, now in changed])
     for path, before, now in changed:
@@ -823,6 +826,7 @@ def note_policy_changes(watch) -> None:
     if not recorded:
         sys.stderr.write("sbxc: warning: these changes could not be recorded (the plan cache folder is unusable or "
                          "its disk is full), so the next run cannot refuse them; review them before running sbxc again\n")
+    return after
 
 
 def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool = False, state=None) -> int:
@@ -923,12 +927,12 @@ def after_run(watch, record, status: int, end: int) -> None:
 
     step = "checking the policy files"
     try:
-        note_policy_changes(watch)
+        after = note_policy_changes(watch) or ()
         step = "checking that the command's processes are gone"
         if _processes_left():
             raise RuntimeError("processes the command started are still running")
         step = "recording the run's end"
-        journal.finish(record, end)
+        journal.finish(record, end, after)
         return
     except BaseException as e:
         try:
