@@ -299,3 +299,28 @@ def test_bounded_journal_only_widens():
     ws = [journal.Window(w[0], w[1], tuple(w[2])) for w in merged]
     for place, ctime in probes:
         assert journal._covering(ws, place, ctime) is not None, (place, ctime)
+
+
+def test_windows_file_appends_and_fails_closed_when_damaged(tmp_path):
+    """Appended windows read back; a torn last append is ignored (its run's record still
+    stands); anything else that does not parse makes every place suspect."""
+    import marshal
+
+    from sbxc.runtime import journal
+
+    d = tmp_path / "plans"
+    d.mkdir(mode=0o700)
+    fd = os.open(str(d), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        journal._append_windows(fd, [[1, 2, ["/a"], []]])
+        journal._append_windows(fd, [[3, 4, ["/b"], []]])
+        assert journal.load_windows(fd) == [[1, 2, ["/a"], []], [3, 4, ["/b"], []]]
+        log = d / journal.WINDOWS_NAME
+        body = marshal.dumps({"v": journal.JOURNAL_VERSION, "w": [[5, 6, ["/c"], []]]})
+        with open(log, "ab") as f:
+            f.write(len(body).to_bytes(4, "little") + body[:3])  # torn
+        assert journal.load_windows(fd) == [[1, 2, ["/a"], []], [3, 4, ["/b"], []]]
+        log.write_bytes(marshal.dumps({"v": 1, "w": []}))  # not the append format
+        assert journal.load_windows(fd) == [[0, journal._NEVER, ["/"]]]
+    finally:
+        os.close(fd)

@@ -16,7 +16,7 @@ Entries, all in the plans folder (0700, out of every sandbox's reach):
   the post-run checks have completed. One whose owner is gone (sbxc killed, or its checks
   failed) stands for a window that never closes; one whose owner is alive is a
   concurrent run, open as well.
-- ``j-windows``: the closed windows ``[start, end, roots]``, bounded (``MAX_WINDOWS``)
+- ``j-log``: the closed windows ``[start, end, roots]``, bounded (``MAX_WINDOWS``)
   by merging the oldest into wider ones (wider only taints more).
 - ``a-<sha256 of real path>``: an accepted file: its sha256 and the (place, device,
   inode, ctime) of it and of every symlink on the way. Any change makes a new ctime and
@@ -50,13 +50,13 @@ from .errors import Refusal, one_line
 
 RECORD_PREFIX = "r-"
 ACCEPT_PREFIX = "a-"
-WINDOWS_NAME = "j-windows"
+WINDOWS_NAME = "j-log"
 LOCK_NAME = "j-lock"
 JOURNAL_VERSION = 1
 MAX_WINDOWS = 128
 MAX_ROOTS = 64
 MAX_RECORD_BYTES = 1 << 20
-COMPACT_AT = 64 << 10  # bytes of j-windows before its appended windows are bounded and rewritten
+COMPACT_AT = 64 << 10  # bytes of j-log before its appended windows are bounded and rewritten
 _NEVER = 1 << 62  # the end of a window that is still open
 
 
@@ -211,7 +211,7 @@ def abandon(run: Run) -> None:
 
 def finish(run: Run, end: int, watched=()) -> None:
     """The post-run checks completed: move the run's window, which ended at ``end`` (the
-    real time once the sandbox's last process was gone), into ``j-windows`` and remove its
+    real time once the sandbox's last process was gone), into ``j-log`` and remove its
     record. ``watched``: (real path, sha256 or "") of the policy files the post-run watch
     read after the sandbox ended (see ``_covering``). Raises OSError (or anything else)
     when that fails; the record then stays and the next run treats the window as open."""
@@ -245,7 +245,7 @@ class _locked:
 
 
 def load_windows(dir_fd: int) -> list:
-    """Every closed window in ``j-windows``: a compacted list first, then one appended
+    """Every closed window in ``j-log``: a compacted list first, then one appended
     record per run since (each a 4-byte length and a marshal dump)."""
     try:
         fd = os.open(WINDOWS_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
@@ -272,6 +272,8 @@ def load_windows(dir_fd: int) -> list:
     pos = 0
     while pos + 4 <= len(data):
         n = int.from_bytes(data[pos:pos + 4], "little")
+        if n > MAX_RECORD_BYTES:
+            return [[0, _NEVER, ["/"]]]  # not a length sbxc wrote: the rest cannot be trusted
         if pos + 4 + n > len(data):
             break  # a torn last append (a crash while writing it): its run's record still stands
         try:
