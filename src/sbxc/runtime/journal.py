@@ -25,16 +25,15 @@ Entries, all in the plans folder (0700, out of every sandbox's reach):
 Clock. ctime is set by the kernel from CLOCK_REALTIME (coarse, or fine-grained where the
 file system has multigrain timestamps) and cannot be set back without CAP_SYS_TIME,
 which no sandbox keeps. A run's start is the earlier of ``time.time_ns()`` before its
-record is made and the record's own ctime (both before the command exists); its end is
-``time.time_ns()`` after the sandbox's last process was gone (a ctime is never later than
-the real time of the write). A ctime that is a whole multiple of 10^k ns (a file system
-that keeps only seconds, or 2 s on FAT) is compared with the start rounded down to that
-step, so a coarse file system cannot hide a write inside the window. The coarse clock
-lags by up to a tick (1-10 ms), so a person's write just after a run ended can get a ctime
-inside it: for the files the post-run watch read (the current folder's candidates, the
-plan's sources), the window keeps their state as read after the sandbox ended, and a
-file whose content differs from it was changed later (``_covering``). Waiting out the
-tick after every run instead costs 2-4 ms a run.
+record is made and the record's own ctime (both before the command exists; a window
+holds ``start <= ctime``). Its end is a ctime the kernel hands out once the sandbox's last
+process is gone (``fs_now``): above every earlier one, and no later write gets less, so
+a window holds ``ctime < end`` and a person's write just after sbxc exits is outside it,
+however coarse the clock. A ctime that is a whole multiple of 10^k ns (a file system that
+keeps only seconds, or 2 s on FAT) is compared with the start rounded down to that step,
+so a coarse file system cannot hide a write inside the window. The windows also keep the
+state of the files the post-run watch read after the sandbox ended: a file whose content
+differs from it was changed after that run (``_covering``).
 
 Hot path: ``begin`` and ``finish`` are a few syscalls each (no listing of the folder). The
 journal is read only when a plan is compiled (a plan-cache miss): a cached plan is keyed
@@ -217,11 +216,44 @@ def finish(run: Run, end: int, watched=()) -> None:
     when that fails; the record then stays and the next run treats the window as open."""
     keep = [[p, d] for p, d in watched if any(under(p, r) for r in run.roots)]
     try:
+        end = max(end, fs_now(run.dir_fd))
         with _locked(run.dir_fd):
             _append_windows(run.dir_fd, [[run.start, end, run.roots, keep]])
         os.unlink(run.name, dir_fd=run.dir_fd)
     finally:
         os.close(run.dir_fd)
+
+
+CLOCK_NAME = "j-clock"
+
+
+def fs_now(dir_fd: int) -> int:
+    """A ctime the kernel hands out now, above every ctime it handed out before the call
+    and at most equal to any it hands out after: the end of a window, compared with ``<``.
+
+    ctimes mostly come from the coarse clock (one value per tick); with multigrain
+    timestamps (Linux 6.13+, ext4, xfs, btrfs, tmpfs) a change to a file whose ctime was
+    read gets a fine-grained one when the coarse value would not move it, and that raises
+    a floor under all later ones. So: touch a file of ours, read its ctime (a), touch it
+    again (b). b > a: b is above everything before the first touch. b == a (no multigrain,
+    same tick): wait for the next tick and try again. A person's write after sbxc exits
+    gets at least b, so it is not inside the window; the command's writes, all before the
+    first touch, are below b."""
+    import time
+
+    fd = os.open(CLOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        os.utime(fd)
+        a = os.fstat(fd).st_ctime_ns
+        for _ in range(200):
+            os.utime(fd)
+            b = os.fstat(fd).st_ctime_ns
+            if b > a:
+                return b
+            time.sleep(0.001)
+        raise OSError("the file system clock did not advance")
+    finally:
+        os.close(fd)
 
 
 class _locked:
@@ -441,7 +473,7 @@ def _covering(windows, place: str, ctime: int, sha=None):
     current folder's policy and the plan's sources."""
     g = _granule(ctime)
     for w in windows:
-        if w.start - w.start % g <= ctime and (w.end is None or ctime <= w.end) and any(under(place, r) for r in w.roots):
+        if w.start - w.start % g <= ctime and (w.end is None or ctime < w.end) and any(under(place, r) for r in w.roots):
             if sha is not None and w.end is not None and place in w.after and w.after[place] != sha:
                 continue
             return w
@@ -522,8 +554,6 @@ def accept(sources) -> tuple:
     links on the way) as accepted, and close the windows of runs whose sbxc is gone and
     that could write one of them (the person has now looked; what such a run could write
     before now stays tainted). Returns (paths accepted, pids of runs closed)."""
-    import time
-
     from .plancache import open_plans_dir
 
     dir_fd = open_plans_dir()
@@ -546,7 +576,7 @@ def accept(sources) -> tuple:
         stale = [w for w in windows if w.end is None and w.pid and not w.alive and any(
             under(p, r) for p in places for r in w.roots)]
         if stale:
-            now = time.time_ns()
+            now = fs_now(dir_fd)
             with _locked(dir_fd):
                 _append_windows(dir_fd, [[w.start, now, list(w.roots), []] for w in stale])
             for name in _record_names(dir_fd):
