@@ -92,10 +92,17 @@ LOWER_LIMITS = r"""
 import os, resource, sys
 def parent_of(pid):
     return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-reaper = os.getppid()
-sbxc = parent_of(reaper)
+# /proc is the host's (Landlock has no mount namespace), so these are host pids even where
+# the command has a PID namespace of its own (root): the reaper (and, for root, the
+# namespace's init below it) and sbxc are the ancestors running sbxc's own command line.
+me = int(os.readlink("/proc/self"))
+targets, pid = [], parent_of(me)
+while pid > 1 and len(targets) < 3:
+    if b"exec" in open(f"/proc/{pid}/cmdline", "rb").read():
+        targets.append(pid)
+    pid = parent_of(pid)
 try:
-    for pid in (sbxc, reaper):
+    for pid in targets:
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (3, 3))
 except OSError as e:
     print("prlimit refused:", e)
