@@ -1,13 +1,18 @@
 """Copy bytes both ways between a client and its upstream until both sides are done, one
 side fails, or nothing moved for the idle timeout.
 
-On Linux the bytes go through a pipe with ``splice(2)``: socket -> pipe -> socket moves
-page references inside the kernel, so the proxy never copies the payload into Python
-(bench/proxy.py: the copy loop below reaches a lower share of direct throughput on the
-same machine). Elsewhere, or where a splice is refused, ``recv_into`` a fixed buffer and
-``send`` from it. One thread per connection runs ``relay``; both sockets are non-blocking
-and one ``poll`` waits for whichever side can move, so the idle timeout covers both
-directions at once (a download keeps an upload direction that is silent alive).
+One thread per connection runs ``relay``; both sockets are non-blocking and one ``poll``
+waits for whichever side can move, so the idle timeout covers both directions at once (a
+download keeps its silent upload direction alive). Two ways to move the bytes:
+
+- copy (the default): ``recv_into`` a 1 MiB buffer per direction and ``send`` from it;
+- splice (Linux, ``use_splice=True``): socket -> pipe -> socket with ``splice(2)``, no
+  copy through user space.
+
+Measured with bench/proxy.py (docs/proxy.md): on the reference machine (kernel 6.x,
+loopback) the splice path costs more CPU per byte than the copy (about 1.15 against
+0.8-1.0 CPU-seconds per GB, both ends and the proxy together), so the copy is the
+default; splice stays selectable to measure it on other kernels.
 """
 from __future__ import annotations
 
@@ -16,20 +21,22 @@ import select
 
 PIPE_BYTES = 1 << 20
 """Requested pipe capacity (``F_SETPIPE_SZ``); the default 64 KiB when refused."""
-COPY_BYTES = 1 << 18
-"""Buffer per direction for the copy loop."""
+COPY_BYTES = 1 << 20
+"""Buffer per direction for the copy loop (smaller buffers measured slower)."""
 
 _F_SETPIPE_SZ = 1031  # linux/fcntl.h: F_LINUX_SPECIFIC_BASE + 7
 _SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
 HAVE_SPLICE = hasattr(os, "splice")
+USE_SPLICE = False
+"""The default of ``relay(use_splice=)``; bench/proxy.py sets it to compare both."""
 _IN = select.POLLIN | select.POLLHUP
 _OUT = select.POLLOUT
 _BAD = select.POLLERR | select.POLLNVAL
 
 
 class _Direction:
-    __slots__ = ("src", "dst", "pipe_r", "pipe_w", "cap", "pending", "budget", "done", "half_close",
-                 "buf", "view", "off")
+    __slots__ = ("src", "dst", "pipe_r", "pipe_w", "cap", "pending", "budget", "eof", "full", "done",
+                 "half_close", "buf", "view", "off")
 
     def __init__(self, src, dst, budget, half_close):
         self.src = src            # socket objects
@@ -37,8 +44,11 @@ class _Direction:
         self.budget = budget      # bytes still to pass, None for no limit
         self.half_close = half_close
         self.pending = 0          # bytes taken from src and not yet given to dst
+        self.eof = False          # nothing more comes from src (or the budget is spent)
+        self.full = False         # the pipe took no more: read again once dst took some
         self.done = False
         self.pipe_r = self.pipe_w = -1
+        self.cap = COPY_BYTES
         self.buf = self.view = None
         self.off = 0
 
@@ -64,59 +74,89 @@ def _finish(d: _Direction) -> None:
             pass
 
 
-def _pump_splice(d: _Direction) -> bool:
-    """Move what can move now; True if any byte moved."""
-    moved = False
+def _room(d: _Direction, free: int) -> int:
+    return free if d.budget is None else min(free, d.budget)
+
+
+# Both pumps read while there is room and write while there is something to write, so
+# the upstream keeps sending while the client is still taking the previous bytes: reading
+# only into an empty buffer halves the window and, on loopback, the throughput.
+
+def _pump_splice(d: _Direction) -> None:
     while not d.done:
-        if d.pending == 0:
-            want = d.cap if d.budget is None else min(d.cap, d.budget)
-            if want == 0:
-                d.done = True  # the framed body is through; the rest of src is not read
-                break
+        moved = False
+        if not d.eof and not d.full:
+            want = _room(d, d.cap - d.pending)
+            if d.budget == 0:
+                d.eof = True
+            elif want == 0:
+                d.full = True
+            else:
+                try:
+                    n = os.splice(d.src.fileno(), d.pipe_w, want, flags=_SPLICE_FLAGS)
+                except BlockingIOError:
+                    # Either src has nothing, or the pipe has no free slot (a slot holds
+                    # one page reference, whatever its size, so "cap - pending" is not
+                    # the free space): with bytes pending, wait until dst took some.
+                    d.full = d.pending > 0
+                else:
+                    if n == 0:
+                        d.eof = True
+                    else:
+                        d.pending += n
+                        if d.budget is not None:
+                            d.budget -= n
+                        moved = True
+        if d.pending:
             try:
-                n = os.splice(d.src.fileno(), d.pipe_w, want, flags=_SPLICE_FLAGS)
+                d.pending -= os.splice(d.pipe_r, d.dst.fileno(), d.pending, flags=_SPLICE_FLAGS)
             except BlockingIOError:
-                break
-            if n == 0:
-                _finish(d)
-                break
-            d.pending = n
-            if d.budget is not None:
-                d.budget -= n
-            moved = True
-        try:
-            d.pending -= os.splice(d.pipe_r, d.dst.fileno(), d.pending, flags=_SPLICE_FLAGS)
-        except BlockingIOError:
+                pass
+            else:
+                d.full = False
+                moved = True
+        if d.eof and not d.pending:
+            _finish(d)
+        if not moved:
             break
-    return moved
 
 
-def _pump_copy(d: _Direction) -> bool:
-    moved = False
+def _pump_copy(d: _Direction) -> None:
     while not d.done:
+        moved = False
         if d.pending == 0:
-            want = COPY_BYTES if d.budget is None else min(COPY_BYTES, d.budget)
-            if want == 0:
-                d.done = True
-                break
+            d.off = 0
+        end = d.off + d.pending
+        if not d.eof:
+            want = _room(d, d.cap - end)
+            if d.budget == 0:
+                d.eof = True
+            elif want:
+                try:
+                    n = d.src.recv_into(d.view[end:end + want])
+                except (BlockingIOError, InterruptedError):
+                    pass
+                else:
+                    if n == 0:
+                        d.eof = True
+                    else:
+                        d.pending += n
+                        if d.budget is not None:
+                            d.budget -= n
+                        moved = True
+        if d.pending:
             try:
-                n = d.src.recv_into(d.buf, want)
+                sent = d.dst.send(d.view[d.off:d.off + d.pending])
             except (BlockingIOError, InterruptedError):
-                break
-            if n == 0:
-                _finish(d)
-                break
-            d.pending, d.off = n, 0
-            if d.budget is not None:
-                d.budget -= n
-            moved = True
-        try:
-            sent = d.dst.send(d.view[d.off:d.off + d.pending])
-        except (BlockingIOError, InterruptedError):
+                pass
+            else:
+                d.pending -= sent
+                d.off += sent
+                moved = True
+        if d.eof and not d.pending:
+            _finish(d)
+        if not moved:
             break
-        d.pending -= sent
-        d.off += sent
-    return moved
 
 
 def relay(client, upstream, idle_timeout: float, *, upload_budget: int | None = None,
@@ -129,7 +169,7 @@ def relay(client, upstream, idle_timeout: float, *, upload_budget: int | None = 
     ended (forwarded HTTP: the response is complete when the server closes).
     """
     if use_splice is None:
-        use_splice = HAVE_SPLICE
+        use_splice = USE_SPLICE and HAVE_SPLICE
     up = _Direction(client, upstream, upload_budget, half_close=upload_budget is None)
     down = _Direction(upstream, client, None, half_close=not end_with_download)
     dirs = (up, down)
@@ -173,7 +213,7 @@ def _loop(dirs, pump, idle_timeout: float, end_with_download: bool) -> str:
             if not d.done:
                 if d.pending:
                     want[dst] |= _OUT
-                else:
+                if not d.eof and not d.full and (d.view is None or d.off + d.pending < d.cap):
                     want[src] |= _IN
         for fd, mask in want.items():
             if registered.get(fd, 0) != mask:
