@@ -148,10 +148,18 @@ class Proxy:
             self._server = Server(self.rules, socks, self.limits, self._resolver)
             _thread.start_new_thread(self._server.serve, ())
             return
+        import _signal
+
         parent_end, child_end = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        # Until the child has set its own dispositions it has the parent's: a Ctrl-C in
+        # that window would end the proxy. Blocked across the fork, a signal waits until
+        # the child's handlers are in place (and is then ignored or handled as theirs).
+        blocked = {getattr(_signal, n) for n in _CHILD_SIGNALS if hasattr(_signal, n)}
+        old_mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, blocked)
         try:
             pid = os.fork()
         except BaseException:
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, old_mask)
             for s in (parent_end, child_end, *listeners):
                 s.close()
             self._unlink()
@@ -159,9 +167,10 @@ class Proxy:
         if pid == 0:
             status = 70
             try:
-                status = _child(child_end, listeners, self)
+                status = _child(child_end, listeners, self, old_mask)
             finally:
                 os._exit(status)
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, old_mask)
         child_end.close()
         for lst in listeners:
             lst.close()
@@ -271,7 +280,11 @@ def _quiet_descriptors(keep: set[int]) -> None:
     os.close(null)
 
 
-def _child(ctl, listeners, proxy: Proxy) -> int:
+# Signals whose disposition the child sets: the first three ignored, the rest default.
+_CHILD_SIGNALS = ("SIGINT", "SIGQUIT", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGWINCH", "SIGTERM", "SIGCHLD")
+
+
+def _child(ctl, listeners, proxy: Proxy, mask) -> int:
     """The forked proxy process: serve until the parent closes its end of ``ctl`` (also
     when the parent dies), then report the refusals on ``ctl``."""
     import _signal
@@ -280,10 +293,11 @@ def _child(ctl, listeners, proxy: Proxy) -> int:
     # A Ctrl-C in the terminal reaches the whole foreground process group; the command
     # may still need the network to finish, and the parent ends the proxy after it.
     _signal.set_wakeup_fd(-1)
-    for name in ("SIGINT", "SIGQUIT", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGWINCH", "SIGTERM", "SIGCHLD"):
+    for name in _CHILD_SIGNALS:
         num = getattr(_signal, name, None)
         if num is not None:
-            _signal.signal(num, _signal.SIG_IGN if name in ("SIGINT", "SIGQUIT", "SIGHUP") else _signal.SIG_DFL)
+            _signal.signal(num, _signal.SIG_IGN if name in _CHILD_SIGNALS[:3] else _signal.SIG_DFL)
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
     import _thread
     import socket
 
