@@ -350,8 +350,11 @@ def test_http_forwarding_one_request_with_its_body(web):
     try:
         s = dial(p)
         s.sendall(f"POST http://example.org:{web.port}/up?x=1 HTTP/1.1\r\nHost: example.org:{web.port}\r\n"
-                  "Proxy-Authorization: Basic eDp5\r\nContent-Length: 5\r\n\r\nhello"
-                  f"GET http://example.org:{web.port}/second HTTP/1.1\r\nHost: example.org:{web.port}\r\n\r\n".encode())
+                  "Proxy-Authorization: Basic eDp5\r\nContent-Length: 5\r\n\r\nhel".encode())
+        time.sleep(0.05)  # the rest of the body, then a second request, in later reads
+        s.sendall(b"lo")
+        time.sleep(0.05)
+        s.sendall(f"GET http://example.org:{web.port}/second HTTP/1.1\r\nHost: example.org:{web.port}\r\n\r\n".encode())
         assert read_all(s).endswith(b"\r\n\r\nok")
     finally:
         p.stop()

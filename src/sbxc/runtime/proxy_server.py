@@ -105,6 +105,29 @@ class _Reader:
         return out
 
 
+def _lingering_close(conn) -> None:
+    """End a forwarded request's client connection without losing the response. Bytes
+    the client sent after its request (a pipelined next one) are still unread, and
+    closing a socket with unread bytes sends a reset, which can make the client's kernel
+    drop the response it has not read yet. So: send FIN, read and drop what comes until
+    the client closes, for a bounded time and amount."""
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        end = time.monotonic() + 2.0
+        dropped = 0
+        while dropped < (1 << 20):
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            conn.settimeout(left)
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            dropped += len(chunk)
+    except OSError:
+        pass
+
+
 def default_resolver(host: str) -> list[str]:
     """The host's own resolver (getaddrinfo), once per request: the proxy connects to an
     address it got here and checked, never to the name again."""
@@ -281,6 +304,7 @@ class Server:
             upstream.sendall(req.forward_head + body)
             relay(conn, upstream, self.limits.idle_timeout, upload_budget=req.body_length - len(body),
                   end_with_download=True)
+            _lingering_close(conn)
         return upstream
 
     def _socks(self, conn, reader: _Reader, busy: bool):
