@@ -301,6 +301,23 @@ def test_case_trailing_dot_idna_and_wildcard_depth(echo):
     assert hosts[:2] == ["files.example.org", "b.a.files.example.org"]
 
 
+def test_refusal_reaches_a_client_that_sent_ahead(echo):
+    # A client may send its TLS hello right behind the CONNECT head; the refusal must
+    # still arrive (a close with those bytes unread would be a reset instead).
+    p = start([("127.0.0.1", (echo.port,))])
+    try:
+        for _ in range(5):
+            s = dial(p)
+            data = f"CONNECT denied.example:{echo.port} HTTP/1.1\r\n\r\n".encode() + b"\x16" * 300000
+            sender = threading.Thread(target=lambda: s.sendall(data), daemon=True)
+            sender.start()
+            time.sleep(0.05)
+            assert read_all(s).startswith(b"HTTP/1.1 403")
+            sender.join(5)
+    finally:
+        p.stop()
+
+
 def test_connect_host_mismatch_is_400(echo):
     p = start([("example.org", (echo.port,)), ("127.0.0.1", (echo.port,))])
     try:

@@ -105,6 +105,13 @@ class _Reader:
         return out
 
 
+def _answer(conn, response: bytes) -> None:
+    """Send a refusal the client can read: it may have sent more than was read (a
+    pipelined TLS hello, the rest of an oversized head)."""
+    conn.sendall(response)
+    _lingering_close(conn)
+
+
 def _lingering_close(conn) -> None:
     """End a forwarded request's client connection without losing the response. Bytes
     the client sent after its request (a pipelined next one) are still unread, and
@@ -282,15 +289,16 @@ class Server:
             req = proto.parse_request(reader.head(self.limits.max_header_bytes))
         except proto.HttpError as e:
             self.note("", 0, f"HTTP {e.status}: {e.reason}")
-            conn.sendall(proto.http_response(e.status, e.reason))
+            _answer(conn, proto.http_response(e.status, e.reason))
             return None
         except Timeout:
-            conn.sendall(proto.http_response(408, "the request head did not arrive in time"))
+            _answer(conn, proto.http_response(408, "the request head did not arrive in time"))
             return None
         try:
             upstream = self.open(req.kind, req.host, req.port, busy)
         except Failure as e:
-            conn.sendall(proto.http_response(_HTTP_STATUS[e.kind], f"{match.display(req.kind, req.host)}:{req.port}: {e.reason}"))
+            shown = f"{match.display(req.kind, req.host)}:{req.port}"
+            _answer(conn, proto.http_response(_HTTP_STATUS[e.kind], f"{shown}: {e.reason}"))
             return None
         conn.settimeout(self.limits.idle_timeout)
         early = reader.rest()
