@@ -27,17 +27,22 @@ def _read(path: str) -> str:
         return ""
 
 
-def host_lines(host, userns_why: str) -> tuple[list[str], bool]:
-    """Capability lines and whether a Linux backend works."""
+def host_lines(host, userns_why: str, bwrap_note: str = "") -> tuple[list[str], bool]:
+    """Capability lines and whether a Linux backend works. ``bwrap_note`` says which bwrap
+    the trusted-folder lookup (``probe.host_program``) passed over, and why."""
     lines = [f"host: {host.platform} {host.arch}, uid {host.uid}, home {host.home}"]
     if host.platform == "darwin":
         ok = os.path.exists("/usr/bin/sandbox-exec")
         lines.append(f"  sandbox-exec: {'found' if ok else 'missing'} (/usr/bin/sandbox-exec)")
         return lines, ok
     if host.bwrap:
-        lines.append(f"  bwrap: {host.bwrap}, version {host.bwrap_version or 'unknown (bwrap --version said nothing)'}")
+        lines.append(f"  bwrap: {host.bwrap}, version {host.bwrap_version or 'unknown (bwrap --version said nothing)'}"
+                     + (f" ({one_line(bwrap_note, 300)})" if bwrap_note else ""))
+    elif bwrap_note:
+        lines.append(f"  bwrap: none that sbxc may start: {one_line(bwrap_note, 300)} (install the bubblewrap "
+                     "package in a system folder, or set SBXC_BWRAP to its absolute path)")
     else:
-        lines.append("  bwrap: not found on PATH (install the bubblewrap package)")
+        lines.append("  bwrap: not found in the system program folders on PATH (install the bubblewrap package)")
     lines.append(f"  user namespaces: {'yes' if host.userns else 'no'} ({userns_why})")
     if host.landlock_abi > 0:
         extra = []
@@ -183,7 +188,7 @@ def main(argv) -> int:
     if host.platform == "linux":
         userns, userns_why = probe.userns_works(host.bwrap)
         host = replace(host, userns=userns, bwrap_version=probe.bwrap_version(host.bwrap) if host.bwrap else "")
-    lines, works = host_lines(host, userns_why)
+    lines, works = host_lines(host, userns_why, probe.host_program("bwrap", os.environ)[1] if host.platform == "linux" else "")
     backend, why = choose_backend("auto", host)
     lines.append(f"backend auto: {backend} ({why})" if works or host.platform == "darwin"
                  else f"backend auto: none works here ({why})")
