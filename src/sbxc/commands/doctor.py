@@ -95,6 +95,29 @@ def _marker(root_fd: int, pid: str) -> tuple[str, float | None]:
     return one_line(data), st.st_mtime
 
 
+def _size_line(root_fd: int, pid: str) -> tuple[str, float | None]:
+    """The size line of one project's cache and the folder's mtime. Measuring changes
+    nothing: a folder a command made unreadable is counted as far as it can be read."""
+    try:
+        rfd = os.open(pid, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        return f"unknown (the folder cannot be read: {e.strerror})", None
+    try:
+        mtime = os.fstat(rfd).st_mtime
+        try:
+            size, unreadable = cachedir.disk_usage(rfd)
+        except OSError as e:
+            return f"unknown (measuring stopped: {one_line(str(e), 200)})", mtime
+    finally:
+        os.close(rfd)
+    text = f"{_kib(size)} KiB ({_human(size)}), as du -sk counts"
+    if unreadable:
+        text += f"; at least: {unreadable} folder(s) in it cannot be read"
+    return text, mtime
+
+
 def clear_command(root: str, pid: str, project: str, uid: int) -> str:
     base = ["sbxc", "cache", "clear"]
     if os.path.normpath(root) != cachemod.default_root(uid):
@@ -137,21 +160,17 @@ def cache_lines(root: str, uid: int) -> list[str]:
                 continue  # cleared between the listing and now
             os.close(pfd)
             try:
-                rfd = os.open(pid, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
-                try:
-                    size = cachedir.disk_usage(rfd)
-                    if last is None:
-                        last = os.fstat(rfd).st_mtime
-                finally:
-                    os.close(rfd)
+                size_line, mtime = _size_line(root_fd, pid)
             except FileNotFoundError:
                 continue  # cleared (or being cleared) while it was measured
-            when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(last))
+            if last is None:
+                last = mtime
+            when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(last)) if last is not None else "unknown"
             lines.append(f"  {shown}")
             gone = bool(project) and not os.path.isdir(project)
             lines.append(f"    project:   {project or 'unknown (no marker)'}"
                          + ("  (gone: that folder no longer exists)" if gone else ""))
-            lines.append(f"    size:      {_kib(size)} KiB ({_human(size)}), as du -sk counts")
+            lines.append(f"    size:      {size_line}")
             lines.append(f"    last used: {when}")
             lines.append(f"    clear:     {clear_command(root, pid, project, uid)}")
     finally:
