@@ -68,11 +68,20 @@ if len(sys.argv) > 3:
 
 @pytest.fixture
 def victim(tmp_path):
-    """A host file the tree links to: it must survive every removal."""
+    """A host file the tree links to: it must survive every removal. Afterwards nothing
+    deep stays in tmp_path (pytest removes old temporary folders recursively)."""
     p = tmp_path / "victim"
     p.write_text("keep")
     os.chmod(tmp_path, 0o755)
-    return str(p)
+    yield str(p)
+    from sbxc.runtime import trees
+
+    pfd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        for name in os.listdir(pfd):
+            trees.remove_tree(pfd, name)
+    finally:
+        os.close(pfd)
 
 
 def _landlock():

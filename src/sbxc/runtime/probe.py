@@ -46,7 +46,6 @@ def landlock_abi() -> int:
 # root's too. So only these folders count, and only when they and every folder above them
 # belong to root and nobody else can write them.
 SYSTEM_BIN_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
-_FOUND: dict = {}
 
 
 def _untrusted_owner(uid: int, trusted: tuple, system: bool) -> bool:
@@ -112,14 +111,10 @@ def host_program(name: str, environ) -> tuple[str, str]:
     trusted one was found later. The lookup of the user's command (for the shell's 127) is
     another question: it runs inside the sandbox.
     """
+    # Not remembered between calls: a few lstat calls, and a long-lived caller (the
+    # Python API) must see a folder whose ownership or mode changed since.
     var = "SBXC_" + name.upper()
-    configured = environ.get(var)
-    path_value = environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin"
-    key = (name, configured, path_value)
-    hit = _FOUND.get(key)
-    if hit is None:
-        hit = _FOUND[key] = _lookup(name, var, configured, path_value)
-    return hit
+    return _lookup(name, var, environ.get(var), environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin")
 
 
 def _lookup(name: str, var: str, configured, path_value: str) -> tuple[str, str]:

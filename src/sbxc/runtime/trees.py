@@ -32,7 +32,7 @@ import stat
 _READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_PATH is Linux-only; macOS opens the folder for reading instead (same no-follow checks).
 _PATH_DIR = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_WINDOW = 32  # folder descriptors a walk keeps open (twice that with scandir's own)
+_WINDOW = 16  # folder descriptors a walk keeps open (twice that with scandir's own)
 _ROUNDS = 8  # rescans of a folder that gained entries while it was being emptied
 _ENOTEMPTY = (39, 66)  # Linux, macOS
 _ELOOP = (40, 62)
