@@ -46,18 +46,23 @@ def namespace_line(uid: int, err: int) -> tuple[str, bool]:
             "filter allows the call"), True
 
 
-def host_lines(host, userns_why: str, ns_errno: int | None = None) -> tuple[list[str], bool]:
+def host_lines(host, userns_why: str, ns_errno: int | None = None, bwrap_note: str = "") -> tuple[list[str], bool]:
     """Capability lines and whether a Linux backend works. ``ns_errno``: as for
-    ``namespace_line`` (None: not probed)."""
+    ``namespace_line`` (None: not probed). ``bwrap_note`` says which bwrap the
+    trusted-folder lookup (``probe.host_program``) passed over, and why."""
     lines = [f"host: {host.platform} {host.arch}, uid {host.uid}, home {host.home}"]
     if host.platform == "darwin":
         ok = os.path.exists("/usr/bin/sandbox-exec")
         lines.append(f"  sandbox-exec: {'found' if ok else 'missing'} (/usr/bin/sandbox-exec)")
         return lines, ok
     if host.bwrap:
-        lines.append(f"  bwrap: {host.bwrap}, version {host.bwrap_version or 'unknown (bwrap --version said nothing)'}")
+        lines.append(f"  bwrap: {host.bwrap}, version {host.bwrap_version or 'unknown (bwrap --version said nothing)'}"
+                     + (f" ({one_line(bwrap_note, 300)})" if bwrap_note else ""))
+    elif bwrap_note:
+        lines.append(f"  bwrap: none that sbxc may start: {one_line(bwrap_note, 300)} (install the bubblewrap "
+                     "package in a system folder, or set SBXC_BWRAP to its absolute path)")
     else:
-        lines.append("  bwrap: not found on PATH (install the bubblewrap package)")
+        lines.append("  bwrap: not found in the system program folders on PATH (install the bubblewrap package)")
     lines.append(f"  user namespaces: {'yes' if host.userns else 'no'} ({userns_why})")
     landlock_runs = host.landlock_abi > 0
     if host.landlock_abi > 0:
@@ -114,6 +119,29 @@ def _marker(root_fd: int, pid: str) -> tuple[str, float | None]:
     return one_line(data), st.st_mtime
 
 
+def _size_line(root_fd: int, pid: str) -> tuple[str, float | None]:
+    """The size line of one project's cache and the folder's mtime. Measuring changes
+    nothing: a folder a command made unreadable is counted as far as it can be read."""
+    try:
+        rfd = os.open(pid, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        return f"unknown (the folder cannot be read: {e.strerror})", None
+    try:
+        mtime = os.fstat(rfd).st_mtime
+        try:
+            size, unreadable = cachedir.disk_usage(rfd)
+        except OSError as e:
+            return f"unknown (measuring stopped: {one_line(str(e), 200)})", mtime
+    finally:
+        os.close(rfd)
+    text = f"{_kib(size)} KiB ({_human(size)}), as du -sk counts"
+    if unreadable:
+        text += f"; at least: {unreadable} folder(s) in it cannot be read"
+    return text, mtime
+
+
 def clear_command(root: str, pid: str, project: str, uid: int) -> str:
     base = ["sbxc", "cache", "clear"]
     if os.path.normpath(root) != cachemod.default_root(uid):
@@ -156,21 +184,17 @@ def cache_lines(root: str, uid: int) -> list[str]:
                 continue  # cleared between the listing and now
             os.close(pfd)
             try:
-                rfd = os.open(pid, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
-                try:
-                    size = cachedir.disk_usage(rfd)
-                    if last is None:
-                        last = os.fstat(rfd).st_mtime
-                finally:
-                    os.close(rfd)
+                size_line, mtime = _size_line(root_fd, pid)
             except FileNotFoundError:
                 continue  # cleared (or being cleared) while it was measured
-            when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(last))
+            if last is None:
+                last = mtime
+            when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(last)) if last is not None else "unknown"
             lines.append(f"  {shown}")
             gone = bool(project) and not os.path.isdir(project)
             lines.append(f"    project:   {project or 'unknown (no marker)'}"
                          + ("  (gone: that folder no longer exists)" if gone else ""))
-            lines.append(f"    size:      {_kib(size)} KiB ({_human(size)}), as du -sk counts")
+            lines.append(f"    size:      {size_line}")
             lines.append(f"    last used: {when}")
             lines.append(f"    clear:     {clear_command(root, pid, project, uid)}")
     finally:
@@ -212,7 +236,8 @@ def main(argv) -> int:
         from ..runtime.landlock_run import namespace_errno
 
         ns_errno = namespace_errno()
-    lines, works = host_lines(host, userns_why, ns_errno)
+    bwrap_note = probe.host_program("bwrap", os.environ)[1] if host.platform == "linux" else ""
+    lines, works = host_lines(host, userns_why, ns_errno, bwrap_note)
     backend, why = choose_backend("auto", host)
     lines.append(f"backend auto: {backend} ({why})" if works or host.platform == "darwin"
                  else f"backend auto: none works here ({why})")

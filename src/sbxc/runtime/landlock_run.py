@@ -173,7 +173,8 @@ def reap_run_dirs(base: str, now: float | None = None) -> int:
     import fcntl
     import time
 
-    from .cachedir import STALE_AFTER, remove_tree
+    from .cachedir import STALE_AFTER
+    from .trees import remove_tree
 
     now = time.time() if now is None else now
     try:
@@ -382,39 +383,9 @@ def namespace_errno() -> int:
 
 def _remove_tree(path: str) -> None:
     """Remove a folder the command wrote to, never following a symlink it left there."""
-    parent, _, name = path.rpartition("/")
-    try:
-        pfd = os.open(parent or "/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return
-    try:
-        _remove_entry(pfd, name)
-    finally:
-        os.close(pfd)
+    from .trees import remove_path
 
-
-def _remove_entry(dir_fd: int, name: str) -> None:
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-        return
-    except FileNotFoundError:
-        return
-    except (IsADirectoryError, PermissionError):
-        pass
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return
-    try:
-        try:
-            os.fchmod(fd, 0o700)  # the command may have made it read-only
-        except OSError:
-            pass
-        for entry in os.listdir(fd):
-            _remove_entry(fd, entry)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=dir_fd)
+    remove_path(path)
 
 
 def prepare(planfile: dict, cmd: list, env: dict, ctx):

@@ -399,12 +399,9 @@ def policy_ref(policy, cwd: str) -> str:
 
 
 def _which_bwrap(environ) -> str:
-    for d in (environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":"):
-        if d.startswith("/"):
-            p = d.rstrip("/") + "/bwrap"
-            if os.access(p, os.X_OK) and not os.path.isdir(p):
-                return os.path.realpath(p)
-    return ""
+    from .probe import host_program  # the one lookup of sbxc's own tools (trusted folders only)
+
+    return host_program("bwrap", environ)[0]
 
 
 def _builtin_path(name: str) -> str:
