@@ -327,12 +327,13 @@ def test_disk_usage_agrees_with_du(base):
     (d / "ln").symlink_to("/usr")
     fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        nbytes = cachedir.disk_usage(fd)
+        nbytes, unreadable = cachedir.disk_usage(fd)
     finally:
         os.close(fd)
     du = int(subprocess.run(["du", "-sk", str(d)], capture_output=True, text=True, check=True).stdout.split()[0])
     assert -(-nbytes // 1024) == du
     assert du >= 300  # the random file really is counted
+    assert unreadable == 0
 
 
 # --- throwaways left by killed runs ---------------------------------------------------------

@@ -83,6 +83,41 @@ def test_doctor_on_this_host():
         assert f"landlock: ABI {host.landlock_abi}" in r.stdout
 
 
+@pytest.mark.parametrize("uid,err,yes,runs", [
+    (0, 0, True, True),
+    (1000, 1, False, True),
+    (0, 1, False, False),  # root without CAP_SYS_ADMIN: Landlock runs as root refuse
+    (1000, 0, True, True),
+])
+def test_namespace_line_says_yes_or_no_and_why(uid, err, yes, runs):
+    line, landlock_runs = doctor.namespace_line(uid, err)
+    assert line.startswith("  landlock PID and IPC namespaces: " + ("yes (" if yes else "no ("))
+    assert landlock_runs is runs
+    if not yes:
+        assert "Operation not permitted" in line
+        assert ("refuse (exit 125)" in line) if uid == 0 else ("user namespace" in line and f"uid {uid}" in line)
+
+
+def test_root_without_namespaces_has_no_landlock_backend():
+    host = HostFacts(uid=0, bwrap="", userns=False, landlock_abi=7)
+    assert doctor.host_lines(host, "why", ns_errno=0)[1] is True
+    lines, ok = doctor.host_lines(host, "why", ns_errno=1)
+    assert ok is False and any("namespaces: no (" in x for x in lines)
+
+
+def test_doctor_namespace_line_matches_this_host():
+    from sbxc.runtime.landlock_run import namespace_errno
+
+    if probe.landlock_abi() <= 0:
+        pytest.skip("no Landlock here: doctor prints no namespace line")
+    err = namespace_errno()
+    r = sbxc("doctor")
+    line = next(x for x in r.stdout.splitlines() if "landlock PID and IPC namespaces:" in x)
+    assert (": yes (" in line) is (err == 0), line
+    if os.geteuid() != 0:
+        assert err != 0 and ": no (" in line  # no user namespace, no CAP_SYS_ADMIN: see SECURITY.md
+
+
 # --- caches in doctor ---------------------------------------------------------------------
 
 def test_doctor_size_agrees_with_du_and_its_clear_command_empties(base):

@@ -208,3 +208,13 @@ def test_filter_failure_is_not_enforceable():
     low = landlock.lower(p2, HostFacts(landlock_abi=7))
     assert low.data["seccomp"] == ""
     assert any(v.subject == "syscalls" and v.status == "not enforceable" for v in low.verdicts)
+
+
+def test_process_verdict_says_which_users_get_a_pid_namespace():
+    """The runner unshares PID and IPC namespaces for uid 0 only; the report says so per host."""
+    p = plan([r("/", "read")])
+    root = {v.subject: v for v in landlock.lower(p, HostFacts(landlock_abi=7, uid=0)).verdicts}
+    user = {v.subject: v for v in landlock.lower(p, HostFacts(landlock_abi=7, uid=1000)).verdicts}
+    assert "PID namespace of its own" in root["processes"].why
+    assert "no PID namespace" in user["processes"].why
+    assert root["ipc"].status == "enforced" and user["ipc"].status == "narrowed"

@@ -73,9 +73,9 @@ def run(argv, *, env, cwd, stdin=subprocess.DEVNULL, pass_fds=(), timeout=TIMEOU
 @pytest.fixture(scope="session")
 def bwrap_works():
     sys.path.insert(0, SRC) if SRC not in sys.path else None
-    from sbxc.runtime.probe import userns_works, which
+    from sbxc.runtime.probe import host_program, userns_works
 
-    bwrap = which("bwrap", os.environ)
+    bwrap = host_program("bwrap", os.environ)[0]
     if not bwrap:
         pytest.skip("bwrap is not installed")
     ok, why = userns_works(bwrap)

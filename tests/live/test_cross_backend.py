@@ -26,9 +26,9 @@ def _landlock_ok() -> str:
 
 
 def _bwrap_ok() -> str:
-    from sbxc.runtime.probe import userns_works, which
+    from sbxc.runtime.probe import host_program, userns_works
 
-    b = which("bwrap", os.environ)
+    b = host_program("bwrap", os.environ)[0]
     if not b:
         return "bwrap is not installed"
     ok, why = userns_works(b)

@@ -22,6 +22,9 @@ from conftest import SANDBOX_PYTHON, base_env, sbxc_argv  # noqa: E402
 pytestmark = pytest.mark.live
 
 PY = SANDBOX_PYTHON
+# A shell's PID as the test (and /proc) number it: in the command's own PID namespace
+# (root) $$ and $! are that namespace's numbers.
+HOST_PID = "read -r hp _ < /proc/self/stat; echo $hp"
 
 if landlock_abi() < 6:
     pytest.skip(f"Landlock ABI {landlock_abi()} here; these tests need 6", allow_module_level=True)
@@ -89,7 +92,7 @@ def test_daemon_is_ended_when_sbxc_exec_returns(project, home):
         f.write("sbxc: 1\nextends: [builtin:default]\n")
     original = open(policy).read()
     pidfile = os.path.join(project, "daemon.pid")
-    daemon = (f'echo $$ > {pidfile}; sleep 1.5; echo "filesystem: [write /]" >> {policy}; '
+    daemon = (f'{HOST_PID} > {pidfile}; sleep 1.5; echo "filesystem: [write /]" >> {policy}; '
               f'echo late > {project}/late')
     cmd = ["/bin/sh", "-c", f"(setsid /bin/sh -c '{daemon}' </dev/null >/dev/null 2>&1 &); "
            f"while [ ! -s {pidfile} ]; do sleep 0.05; done; echo started"]
@@ -117,8 +120,8 @@ def test_background_process_holding_stdout_is_ended(tree, tmp_path):
     # later lines never do, because it is gone when sbxc returns.
     marker = f"{tree}/proj/sub/bg.pid"
     r = run_plan(make_plan(cases.shared_rules(tree), project=f"{tree}/proj"), "landlock",
-                 ["/bin/sh", "-c", f"(while :; do echo tick; sleep 0.1; done) & echo $! > {marker}; "
-                                   "sleep 0.3; echo done"],
+                 ["/bin/sh", "-c", f"({HOST_PID} > {marker}; while :; do echo tick; sleep 0.1; done) & "
+                                   f"while [ ! -s {marker} ]; do sleep 0.05; done; sleep 0.3; echo done"],
                  cwd=f"{tree}/proj", tmp=str(tmp_path))
     pid = int(open(marker).read())
     try:
@@ -132,7 +135,7 @@ def test_kill9_of_sbxc_ends_grandchildren(tree, tmp_path):
     """SIGKILL to sbxc: the command's own children die too (not only the command)."""
     plan = _write_plan(tmp_path, cases.shared_rules(tree), f"{tree}/proj")
     pidfile = f"{tree}/proj/sub/sleep.pid"
-    p = _start(plan, ["/bin/sh", "-c", f"sleep 30 & echo $! > {pidfile}; wait"], f"{tree}/proj")
+    p = _start(plan, ["/bin/sh", "-c", f"/bin/sh -c '{HOST_PID} > {pidfile}; exec sleep 30' & wait"], f"{tree}/proj")
     pid = 0
     try:
         pid = int(_wait_file(pidfile))
@@ -153,7 +156,7 @@ def test_killed_reaper_leaves_nothing_behind(tree, tmp_path):
     signal) and sbxc, a subreaper itself, ends the orphans before it returns."""
     plan = _write_plan(tmp_path, cases.shared_rules(tree), f"{tree}/proj")
     pidfile = f"{tree}/proj/sub/sleep.pid"
-    p = _start(plan, ["/bin/sh", "-c", f"(setsid /bin/sh -c 'echo $$ > {pidfile}; exec sleep 30' &); sleep 30"],
+    p = _start(plan, ["/bin/sh", "-c", f"(setsid /bin/sh -c '{HOST_PID} > {pidfile}; exec sleep 30' &); sleep 30"],
                f"{tree}/proj", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     pid = 0
     try:

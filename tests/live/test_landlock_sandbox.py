@@ -358,8 +358,10 @@ def test_command_dies_with_sbxc(tree, tmp_path):
     with open(path, "w") as f:
         json.dump(pf, f)
     marker = f"{tree}/proj/sub/alive"
+    # The shell's PID as /proc numbers it ($$ counts in the command's PID namespace, for root).
     p = subprocess.Popen([PY, cases.__file__, "run", path, "--", "/bin/sh", "-c",
-                          f"echo $$ > {marker}.pid; while :; do sleep 0.2; done"], cwd=f"{tree}/proj")
+                          f"read -r hp _ < /proc/self/stat; echo $hp > {marker}.pid; while :; do sleep 0.2; done"],
+                         cwd=f"{tree}/proj")
     try:
         deadline = time.time() + 20
         while not os.path.exists(marker + ".pid") and time.time() < deadline:

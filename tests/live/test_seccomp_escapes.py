@@ -44,9 +44,9 @@ EPERM, ESRCH = errno.EPERM, errno.ESRCH
 def _backend_ok(backend: str) -> str:
     if backend == "landlock":
         return "" if landlock_abi() >= 6 else f"Landlock ABI {landlock_abi()} here; 6 needed"
-    from sbxc.runtime.probe import userns_works, which
+    from sbxc.runtime.probe import host_program, userns_works
 
-    b = which("bwrap", os.environ)
+    b = host_program("bwrap", os.environ)[0]
     if not b:
         return "bwrap is not installed"
     ok, why = userns_works(b)

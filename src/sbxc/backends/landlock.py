@@ -368,7 +368,12 @@ def lower(plan: Plan, host) -> Lowered:
         "of reach (Landlock's ptrace check); resource limits, nice value, CPU affinity, scheduling policy and I/O "
         "priority can be set only for the caller itself (pid 0): seccomp refuses any other pid, the command's own "
         "children and threads included (renice -p, taskset -p, pthread_setaffinity_np, pthread_setschedparam fail); "
-        "other processes stay visible in /proc (command lines, not memory or environment)")
+        "other processes stay visible in /proc (command lines, not memory or environment)"
+        + ("; as root the command also runs in a PID namespace of its own (the run refuses without one), so no "
+           "outside process can be named by pid, but /proc is still the host's: its pids are host pids, not the "
+           "command's" if L.host_is_root else
+           "; without root there is no PID namespace (it would need a user namespace): pids the command names "
+           "are host pids"))
     if L.host_is_root:
         L.v("ipc", ENFORCED, BUILTIN_SPAN)  # the runner unshares an IPC namespace for uid 0
     else:

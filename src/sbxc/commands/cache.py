@@ -6,8 +6,10 @@
 The root is ``--root`` when given, else the ``cache.root`` of the project's policy, else
 the default ``/var/tmp/sbxc-{uid}``. Clearing opens every folder with ``O_NOFOLLOW``
 relative to its parent and deletes entries relative to their folder's descriptor
-(``sbxc.runtime.cachedir.empty_dir``), so a symlink a sandboxed command left in its cache
-is removed, never followed out of the cache.
+(``sbxc.runtime.trees``), so a symlink a sandboxed command left in its cache is removed,
+never followed out of the cache; deep trees, unreadable folders, FIFOs and sockets are
+removed too. Exit 0 when everything it set out to remove is gone; otherwise 1, with one
+line naming what is left.
 """
 from __future__ import annotations
 
@@ -129,21 +131,24 @@ def clear(root: str, pid: str | None, uid: int) -> int:
     folder and marker under ``root`` and this user's leftover throwaway caches. The root and
     project folders must be ours and no symlinks; a mode wider than 0700 does not stop
     clearing (deleting never follows a link, and emptying such a folder is part of the fix)."""
+    failed = 0
     if pid is None:
-        n = cachedir.remove_leftover_throwaways(uid)
+        n, left = cachedir.remove_leftover_throwaways(uid)
         if n:
             sys.stdout.write(f"removed {n} leftover throwaway cache(s)\n")
+        for e in left:
+            failed = _left("", e)
     try:
         root_fd = cachedir.open_root(root, uid, create=False, check_mode=False)
     except FileNotFoundError:
         sys.stdout.write(f"nothing to clear: {root} does not exist\n")
-        return 0
+        return failed
     except cachedir.Unsafe as e:
         sys.stderr.write(f"sbxc: {e.problem}; not clearing through it; {e.fix or 'remove it as its owner or root'}\n")
         return 1
     try:
         if pid is None:
-            return _clear_all(root, root_fd)
+            return _clear_all(root, root_fd) or failed
         try:
             pfd = cachedir.open_project(root_fd, root, pid, uid, check_mode=False)
         except FileNotFoundError:
@@ -153,18 +158,32 @@ def clear(root: str, pid: str | None, uid: int) -> int:
             sys.stderr.write(f"sbxc: {e.problem}; not clearing through it; {e.fix or 'remove it by hand'}\n")
             return 1
         os.close(pfd)
-        fd = os.open(pid, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
         try:
-            cachedir.empty_dir(fd)
-        finally:
-            os.close(fd)
+            # Checked above as ours and no symlink; a command may have made it unreadable.
+            fd = cachedir.open_for_removal(root_fd, pid)
+            try:
+                cachedir.empty_dir(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            return _left(f"{root}/{pid}", e)
         sys.stdout.write(f"cleared {root}/{pid}\n")
         return 0
     except OSError as e:
-        sys.stderr.write(f"sbxc: clearing {root} failed: {e}\n")
-        return 1
+        return _left(root, e)
     finally:
         os.close(root_fd)
+
+
+def _left(where: str, e: OSError) -> int:
+    """One line naming what could not be removed (the rest was), and exit status 1."""
+    from ..runtime.errors import one_line
+
+    name = e.filename if isinstance(e.filename, str) and e.filename not in ("", ".") else ""
+    what = "/".join(p for p in (where.rstrip("/"), name) if p) or "?"
+    sys.stderr.write(f"sbxc: could not remove {one_line(what, 300)} ({e.strerror or e}); it is left in place, "
+                     "the rest was removed; remove it by hand (as its owner, or root) and run the command again\n")
+    return 1
 
 
 def _clear_all(root: str, root_fd: int) -> int:
@@ -176,7 +195,12 @@ def _clear_all(root: str, root_fd: int) -> int:
         os.close(fd)
     # Project folders and their markers only: the root also holds the plan cache (plans/).
     projects = [n for n in names if cachedir.is_project_id(n)]
+    code = 0
     for name in projects:
-        cachedir.remove_project(root_fd, name)  # unlinks files and links, removes folders
-    sys.stdout.write(f"cleared {len(projects)} project cache(s) in {root}\n")
-    return 0
+        try:
+            cachedir.remove_project(root_fd, name)  # unlinks files and links, removes folders
+        except OSError as e:
+            code = _left(root, e)
+    if code == 0:
+        sys.stdout.write(f"cleared {len(projects)} project cache(s) in {root}\n")
+    return code

@@ -88,17 +88,29 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
             stderr.write(f"sbxc compile: cannot write {args.output}: {e.strerror or e}\n")
             return 1
 
-    accepted = []
+    accepted, closed = [], []
     if args.check and not failed:
         # The caller has just looked at what these files enforce: a policy file that a
         # sandboxed command wrote (or a nearer one it removed) is trusted again.
+        # A file the run journal holds as possibly written by a sandboxed run is recorded
+        # as accepted in its present state (sha256, and inode and ctime of it and of the
+        # links on the way), so a later change voids the acceptance.
+        from ..runtime import journal
         from ..runtime.plancache import accept_policies
 
         accepted = accept_policies(result.sources, cwd if args.policy is None else "", result.policy)
+        in_journal, closed = journal.accept(result.sources)
+        accepted += [p for p in in_journal if p not in accepted]
+    out_info = stderr if args.format == "json" or args.output == "-" else stdout
     if accepted:
-        (stderr if args.format == "json" or args.output == "-" else stdout).write(
-            f"sbxc: accepted {', '.join(accepted)} (written or removed by a sandboxed command during an earlier run); "
-            "sbxc exec uses what is there now\n")
+        out_info.write(
+            f"sbxc: accepted {', '.join(accepted)} (written or removed by a sandboxed command during an earlier run, "
+            "or changed where one could write); sbxc exec uses what is there now\n")
+    if closed:
+        out_info.write(
+            f"sbxc: closed the record of {len(closed)} earlier run(s) (sbxc pid {', '.join(map(str, sorted(closed)))}) "
+            "that ended without their post-run checks: policy files they could write that changed before now stay "
+            "refused until accepted; make sure none of their processes is still running\n")
 
     if args.format == "json":
         out = {

@@ -27,18 +27,44 @@ def _read(path: str) -> str:
         return ""
 
 
-def host_lines(host, userns_why: str) -> tuple[list[str], bool]:
-    """Capability lines and whether a Linux backend works."""
+def namespace_line(uid: int, err: int) -> tuple[str, bool]:
+    """Whether the Landlock runner gives the command PID and IPC namespaces here, why, and
+    whether a Landlock run can start at all (root refuses to run without them). ``err``:
+    ``landlock_run.namespace_errno()``, 0 when unshare(CLONE_NEWPID|CLONE_NEWIPC) works."""
+    head = "  landlock PID and IPC namespaces: "
+    if err == 0:
+        why = ("root may make them" if uid == 0 else "this process holds CAP_SYS_ADMIN")
+        return (head + f"yes ({why}: the command sees no process outside its own by pid, "
+                "and no SysV IPC object or POSIX message queue of the host; /proc stays the host's)"), True
+    cause = os.strerror(err) if 0 < err < 255 else "unknown error"
+    if uid == 0:
+        return (head + f"no (unshare failed: {cause}; root without CAP_SYS_ADMIN, e.g. in a container): "
+                "Landlock runs as root refuse (exit 125), since the command would reach every root process"), False
+    return (head + f"no (unshare failed: {cause}; an unprivileged user may make them only inside a user "
+            "namespace, which the Landlock backend runs without): the command shares the host's PID and IPC "
+            f"namespaces, so processes and SysV IPC objects of uid {uid} stay reachable where the seccomp "
+            "filter allows the call"), True
+
+
+def host_lines(host, userns_why: str, ns_errno: int | None = None, bwrap_note: str = "") -> tuple[list[str], bool]:
+    """Capability lines and whether a Linux backend works. ``ns_errno``: as for
+    ``namespace_line`` (None: not probed). ``bwrap_note`` says which bwrap the
+    trusted-folder lookup (``probe.host_program``) passed over, and why."""
     lines = [f"host: {host.platform} {host.arch}, uid {host.uid}, home {host.home}"]
     if host.platform == "darwin":
         ok = os.path.exists("/usr/bin/sandbox-exec")
         lines.append(f"  sandbox-exec: {'found' if ok else 'missing'} (/usr/bin/sandbox-exec)")
         return lines, ok
     if host.bwrap:
-        lines.append(f"  bwrap: {host.bwrap}, version {host.bwrap_version or 'unknown (bwrap --version said nothing)'}")
+        lines.append(f"  bwrap: {host.bwrap}, version {host.bwrap_version or 'unknown (bwrap --version said nothing)'}"
+                     + (f" ({one_line(bwrap_note, 300)})" if bwrap_note else ""))
+    elif bwrap_note:
+        lines.append(f"  bwrap: none that sbxc may start: {one_line(bwrap_note, 300)} (install the bubblewrap "
+                     "package in a system folder, or set SBXC_BWRAP to its absolute path)")
     else:
-        lines.append("  bwrap: not found on PATH (install the bubblewrap package)")
+        lines.append("  bwrap: not found in the system program folders on PATH (install the bubblewrap package)")
     lines.append(f"  user namespaces: {'yes' if host.userns else 'no'} ({userns_why})")
+    landlock_runs = host.landlock_abi > 0
     if host.landlock_abi > 0:
         extra = []
         if host.landlock_abi >= 4:
@@ -47,6 +73,9 @@ def host_lines(host, userns_why: str) -> tuple[list[str], bool]:
             extra.append("signal and abstract-socket scopes")
         lines.append(f"  landlock: ABI {host.landlock_abi} (filesystem rules"
                      + "".join(", " + e for e in extra) + ")")
+        if ns_errno is not None:
+            line, landlock_runs = namespace_line(host.uid, ns_errno)
+            lines.append(line)
     else:
         lsm = _read("/sys/kernel/security/lsm")
         why = (f"not in the kernel's active security modules ({lsm}); add landlock to the lsm= boot parameter"
@@ -57,7 +86,7 @@ def host_lines(host, userns_why: str) -> tuple[list[str], bool]:
         lines.append(f"  seccomp: yes (filter actions: {acts or 'unknown'})")
     else:
         lines.append("  seccomp: no (/proc/sys/kernel/seccomp/actions_avail is missing: kernel built without seccomp filters)")
-    works = (bool(host.bwrap) and host.userns) or host.landlock_abi > 0
+    works = (bool(host.bwrap) and host.userns) or landlock_runs
     return lines, works
 
 
@@ -88,6 +117,29 @@ def _marker(root_fd: int, pid: str) -> tuple[str, float | None]:
     finally:
         os.close(fd)
     return one_line(data), st.st_mtime
+
+
+def _size_line(root_fd: int, pid: str) -> tuple[str, float | None]:
+    """The size line of one project's cache and the folder's mtime. Measuring changes
+    nothing: a folder a command made unreadable is counted as far as it can be read."""
+    try:
+        rfd = os.open(pid, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        return f"unknown (the folder cannot be read: {e.strerror})", None
+    try:
+        mtime = os.fstat(rfd).st_mtime
+        try:
+            size, unreadable = cachedir.disk_usage(rfd)
+        except OSError as e:
+            return f"unknown (measuring stopped: {one_line(str(e), 200)})", mtime
+    finally:
+        os.close(rfd)
+    text = f"{_kib(size)} KiB ({_human(size)}), as du -sk counts"
+    if unreadable:
+        text += f"; at least: {unreadable} folder(s) in it cannot be read"
+    return text, mtime
 
 
 def clear_command(root: str, pid: str, project: str, uid: int) -> str:
@@ -132,21 +184,17 @@ def cache_lines(root: str, uid: int) -> list[str]:
                 continue  # cleared between the listing and now
             os.close(pfd)
             try:
-                rfd = os.open(pid, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
-                try:
-                    size = cachedir.disk_usage(rfd)
-                    if last is None:
-                        last = os.fstat(rfd).st_mtime
-                finally:
-                    os.close(rfd)
+                size_line, mtime = _size_line(root_fd, pid)
             except FileNotFoundError:
                 continue  # cleared (or being cleared) while it was measured
-            when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(last))
+            if last is None:
+                last = mtime
+            when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(last)) if last is not None else "unknown"
             lines.append(f"  {shown}")
             gone = bool(project) and not os.path.isdir(project)
             lines.append(f"    project:   {project or 'unknown (no marker)'}"
                          + ("  (gone: that folder no longer exists)" if gone else ""))
-            lines.append(f"    size:      {_kib(size)} KiB ({_human(size)}), as du -sk counts")
+            lines.append(f"    size:      {size_line}")
             lines.append(f"    last used: {when}")
             lines.append(f"    clear:     {clear_command(root, pid, project, uid)}")
     finally:
@@ -183,7 +231,13 @@ def main(argv) -> int:
     if host.platform == "linux":
         userns, userns_why = probe.userns_works(host.bwrap)
         host = replace(host, userns=userns, bwrap_version=probe.bwrap_version(host.bwrap) if host.bwrap else "")
-    lines, works = host_lines(host, userns_why)
+    ns_errno = None
+    if host.platform == "linux" and host.landlock_abi > 0:
+        from ..runtime.landlock_run import namespace_errno
+
+        ns_errno = namespace_errno()
+    bwrap_note = probe.host_program("bwrap", os.environ)[1] if host.platform == "linux" else ""
+    lines, works = host_lines(host, userns_why, ns_errno, bwrap_note)
     backend, why = choose_backend("auto", host)
     lines.append(f"backend auto: {backend} ({why})" if works or host.platform == "darwin"
                  else f"backend auto: none works here ({why})")

@@ -173,6 +173,10 @@ def read_policy_file(path: str, diags: list[Diagnostic], span: Optional[Span] = 
         diags.append(_untrusted(path, why, at))
         return None
     real = os.path.realpath(path)
+    why = _secret_place(real)
+    if why:
+        diags.append(_not_a_policy(path, real, why, at))
+        return None
     folder, name = os.path.dirname(real), os.path.basename(real)
     try:
         # O_PATH needs no read permission on the folder; macOS has none, and reads it instead.
@@ -195,10 +199,91 @@ def read_policy_file(path: str, diags: list[Diagnostic], span: Optional[Span] = 
         if why:
             diags.append(_untrusted(path, why, at))
             return None
+        why = _private_file(real, st, linked=real != os.path.abspath(path))
+        if why:
+            diags.append(_not_a_policy(path, real, why, at))
+            return None
         return _read_fd(fd, path, diags, at)
     finally:
         os.close(fd)
         os.close(dfd)
+
+
+# Kernel and runtime state: never a policy, and /proc/self/environ or a process's memory
+# quoted in a YAML error would print secrets.
+_STATE_FOLDERS = ("/proc", "/sys", "/dev", "/run")
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _secret_place(real: str) -> str:
+    """Why the real path of a policy file is a place for secrets, not policies ("" when it
+    is not), judged before a byte is read: diagnostics quote policy lines, so a link named
+    sandbox.policy.yaml that leads to a credential would print it."""
+    for folder in _STATE_FOLDERS:
+        if _under(real, folder):
+            return f"it lies under {folder}, which holds kernel and process state"
+    for masked in default_masks():
+        if _under(real, masked):
+            return f"it lies under {masked}, which builtin:default hides from every command as a credential"
+    return ""
+
+
+def _private_file(real: str, st, linked: bool) -> str:
+    """Why a policy file that passed the ownership checks may still be a secret ("" when
+    not). A policy holds nothing private, so a file others may not read is suspect where
+    someone other than the person may have chosen it: reached through a symlink or a hard
+    link (its name was put there; the file is some other file), or kept under /etc, where
+    root's secrets (shadow, sudoers, private keys) are root-owned like every policy there."""
+    if st.st_mode & 0o004:
+        return ""
+    if _under(real, "/etc"):
+        return f"it lies under /etc and is not readable by everyone (mode {st.st_mode & 0o7777:04o}), as secrets are"
+    if linked:
+        return (f"it is reached through a symlink and is not readable by everyone (mode {st.st_mode & 0o7777:04o}), "
+                "as secrets are")
+    if st.st_nlink > 1:
+        return (f"it has {st.st_nlink} names (hard links) and is not readable by everyone "
+                f"(mode {st.st_mode & 0o7777:04o}), as secrets are")
+    return ""
+
+
+def default_masks() -> list:
+    """The credential paths builtin:default masks, with ``~`` as this process's home: the
+    one list of them (policies/default.yaml), read without Lark (plain words only)."""
+    import os
+
+    home = os.environ.get("HOME") or os.path.expanduser("~")
+    out = []
+    tree = _default_tree()
+    entry = tree.get("filesystem") if isinstance(tree, YMap) else None
+    for item in (entry[1].items if entry is not None and isinstance(entry[1], YSeq) else ()):
+        words = str(getattr(item, "value", "")).split()
+        if not words or words[0] not in ("mask", "mask?"):
+            continue
+        for w in words[1:]:
+            if w.startswith("~/") and home.startswith("/"):
+                out.append(os.path.normpath(home.rstrip("/") + w[1:]))
+            elif w.startswith("/") and "$" not in w and "{" not in w:
+                out.append(w)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _default_tree():
+    data = read_builtin("default") or b""
+    diags: list[Diagnostic] = []
+    src, usable = decode_source("builtin:default", data, diags)
+    return load_yaml(src, diags) if src is not None and usable else None
+
+
+def _not_a_policy(path: str, real: str, why: str, at: Span) -> Diagnostic:
+    shown = path if real == path else f"{path} (which resolves to {real})"
+    return diag("SBX025", at, path=shown, why=why + "; sbxc did not read it",
+                hint="point --policy (or the link) at the policy file itself, kept in a folder of yours; "
+                     "a policy holds nothing secret, so it may be readable by everyone (chmod o+r)")
 
 
 def _untrusted(path: str, why: str, at: Span) -> Diagnostic:

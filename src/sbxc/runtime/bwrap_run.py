@@ -28,19 +28,11 @@ import sys
 
 from .errors import Refusal, bwrap_failure
 from .launch import LaunchSpec
+from .probe import host_program
 
 EMPTY_FD = "@fd:empty"  # same as sbxc.backends.bwrap.EMPTY_FD (not imported: hot path)
 _FIONREAD = 0x541B  # asm-generic/ioctls.h; the same on x86_64 and aarch64
 _PIPE_MAX = 65536  # the default pipe buffer: the whole program must fit before bwrap reads
-
-
-def _which(name: str, environ) -> str:
-    for d in (environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":"):
-        if d.startswith("/"):
-            p = d.rstrip("/") + "/" + name
-            if os.access(p, os.X_OK) and not os.path.isdir(p):
-                return os.path.realpath(p)
-    return ""
 
 
 def _unread(fd: int) -> int:
@@ -65,9 +57,13 @@ def _deepest(checks, path: str) -> tuple[str, str]:
 def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     data = planfile.get("lowered") or {}
     planned = data.get("bwrap") or (planfile.get("host") or {}).get("bwrap", "")
-    found = _which("bwrap", ctx.environ)
+    found, why = host_program("bwrap", ctx.environ)
+    if not found and why:
+        raise Refusal(f"no bwrap that sbxc may start: {why}",
+                      "install bubblewrap in a system folder (apt install bubblewrap), or set SBXC_BWRAP "
+                      "to its absolute path in a folder only you or root can write")
     if not found:
-        raise Refusal("bwrap is not installed (not found on PATH)",
+        raise Refusal("bwrap is not installed (not in the system program folders on PATH)",
                       "install bubblewrap (apt install bubblewrap), or use --backend landlock")
     if planned and found != planned:
         raise Refusal(f"the plan was made for bwrap at {planned}, this host has {found}",

@@ -52,6 +52,7 @@ import os
 import stat
 
 from .errors import Refusal, one_line
+from .trees import disk_usage, empty_dir, open_for_removal, remove_tree  # noqa: F401 (re-exported)
 
 # O_PATH is Linux-only; macOS opens the folder for reading instead (same no-follow checks).
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -307,85 +308,7 @@ def _touch_marker(root_fd: int, pid: str, project: str) -> None:
         os.close(fd)
 
 
-# --- removing trees without following symlinks --------------------------------------------
-
-def _open_for_removal(parent_fd: int, name: str) -> int:
-    try:
-        return os.open(name, _READ_DIR_FLAGS, dir_fd=parent_fd)
-    except PermissionError:
-        # Our own folder without r/x (Go makes its module cache read-only; a command can
-        # chmod 000). O_PATH needs no permission on the folder itself, and chmod through
-        # /proc/self/fd acts on that exact inode, never on a symlink's target.
-        pfd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-        try:
-            os.chmod(f"/proc/self/fd/{pfd}", 0o700)
-        finally:
-            os.close(pfd)
-        return os.open(name, _READ_DIR_FLAGS, dir_fd=parent_fd)
-
-
-def empty_dir(dir_fd: int) -> None:
-    """Delete everything inside the folder open as ``dir_fd`` (an O_RDONLY descriptor).
-
-    Entries are removed relative to their folder's descriptor; a symlink is unlinked, never
-    followed, and subfolders are opened with O_NOFOLLOW, so a link planted by a sandboxed
-    command cannot redirect the deletion outside the tree.
-    """
-    st = os.fstat(dir_fd)
-    if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
-        os.fchmod(dir_fd, stat.S_IMODE(st.st_mode) | 0o700)  # read-only folders (Go's)
-    with os.scandir(dir_fd) as it:
-        names = [e.name for e in it]
-    for name in names:
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            try:
-                sub = _open_for_removal(dir_fd, name)
-            except (NotADirectoryError, FileNotFoundError):
-                # Swapped for a link or file since the stat: unlink that instead.
-                _unlink(dir_fd, name)
-                continue
-            try:
-                empty_dir(sub)
-            finally:
-                os.close(sub)
-            os.rmdir(name, dir_fd=dir_fd)
-        else:
-            _unlink(dir_fd, name)
-
-
-def _unlink(dir_fd: int, name: str) -> None:
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except FileNotFoundError:
-        pass
-    except IsADirectoryError:
-        sub = _open_for_removal(dir_fd, name)
-        try:
-            empty_dir(sub)
-        finally:
-            os.close(sub)
-        os.rmdir(name, dir_fd=dir_fd)
-
-
-def remove_tree(parent_fd: int, name: str) -> None:
-    """Delete folder ``name`` in ``parent_fd`` and all it holds (see ``empty_dir``)."""
-    try:
-        fd = _open_for_removal(parent_fd, name)
-    except FileNotFoundError:
-        return
-    except NotADirectoryError:
-        _unlink(parent_fd, name)
-        return
-    try:
-        empty_dir(fd)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=parent_fd)
-
+# --- removing trees: sbxc.runtime.trees (one implementation for every caller) ----------
 
 def remove_project(root_fd: int, pid: str) -> None:
     """Delete one project's cache folder ``pid`` in the root and its marker beside it."""
@@ -410,45 +333,6 @@ def remove_project_at(root: str, project: str, uid: int) -> None:
         remove_project(root_fd, project_id(project))
     finally:
         os.close(root_fd)
-
-
-def disk_usage(dir_fd: int) -> int:
-    """Bytes of disk the tree at ``dir_fd`` uses, as ``du`` counts: allocated 512-byte blocks
-    of the folder and everything in it, each inode once, symlinks not followed."""
-    seen = set()
-    total = 0
-
-    def walk(fd: int) -> None:
-        nonlocal total
-        st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) not in seen:
-            seen.add((st.st_dev, st.st_ino))
-            total += st.st_blocks * 512
-        with os.scandir(fd) as it:
-            entries = list(it)
-        for e in entries:
-            try:
-                st = os.stat(e.name, dir_fd=fd, follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                try:
-                    sub = os.open(e.name, _READ_DIR_FLAGS, dir_fd=fd)
-                except OSError:
-                    if (st.st_dev, st.st_ino) not in seen:
-                        seen.add((st.st_dev, st.st_ino))
-                        total += st.st_blocks * 512
-                    continue
-                try:
-                    walk(sub)
-                finally:
-                    os.close(sub)
-            elif (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                total += st.st_blocks * 512
-
-    walk(dir_fd)
-    return total
 
 
 # --- the throwaway cache ------------------------------------------------------------------
@@ -592,8 +476,10 @@ def _reap(base_fd: int, uid: int) -> None:
             pass
 
 
-def remove_leftover_throwaways(uid: int) -> int:
+def remove_leftover_throwaways(uid: int) -> tuple[int, list]:
+    """Remove this user's leftover throwaways: (how many, [OSError naming what is left])."""
     n = 0
+    left = []
     for base, name in leftover_throwaways(uid):
         try:
             base_fd = open_parents(base + "/x", uid, _throwaway_trusted())
@@ -602,11 +488,11 @@ def remove_leftover_throwaways(uid: int) -> int:
         try:
             remove_tree(base_fd, name)
             n += 1
-        except OSError:
-            pass
+        except OSError as e:
+            left.append(OSError(e.errno, e.strerror, f"{base}/{e.filename or name}"))
         finally:
             os.close(base_fd)
-    return n
+    return n, left
 
 
 # --- the entry point ----------------------------------------------------------------------

@@ -7,17 +7,33 @@ killed runs are removed), makes sbxc a child subreaper, and returns a ``LaunchSp
 whose ``child_setup`` runs in the forked child, after the core closed every descriptor
 above 2.
 
-Processes. Without a PID namespace nothing ends a command's background processes for
-us, so the forked child stays outside the sandbox as a small reaper (``supervise``): a
-child subreaper, so every orphan of the command becomes its child; it forks the
+Processes. The forked child stays outside the sandbox as a small reaper (``supervise``):
+a child subreaper, so every orphan of the command becomes its child; it forks the
 command, relays sbxc's forwarded signals to the command's process group, reaps orphans
 as they end, and when the command ends kills every remaining descendant and exits with
 the command's status (128+N for signal N, as sbxc reports it anyway). When sbxc dies
 (even by SIGKILL), its parent-death signal makes it kill them all too. sbxc itself is a
 subreaper as well and, after the child ended (``after_exit``), kills whatever is still
 below it (processes left when the reaper itself was killed), before the cleanups and
-the policy check run. What stays out of reach: both sbxc and the reaper killed by
-SIGKILL at once (no PID namespace or cgroup to fall back on; docs/landlock.md).
+the policy check run.
+
+Namespaces. Where this process may (root: CAP_SYS_ADMIN, still held before confine
+drops it), the reaper unshares CLONE_NEWPID|CLONE_NEWIPC first; its first child is the
+new PID namespace's idle init and the command its second (``_start_namespace_init``
+says why the command is not PID 1). The command then reaches no process outside its
+namespace by pid (kill, prlimit, setpriority, pidfd_open ... answer ESRCH; sbxc and the
+reaper are outside) and no SysV IPC object of the host; when the init ends the kernel
+ends everything in the namespace, so sbxc and the reaper killed together leave nothing.
+Root without it is refused: its command would reach every root process. An
+unprivileged user gets it only inside a user namespace, which this backend exists to do
+without: its command shares the host's namespaces (``sbxc doctor`` says which). There
+is no mount namespace, so /proc stays the host's procfs: /proc/self still names the
+reader (resolved in the procfs's namespace), but with its host number, not getpid()'s.
+
+Resource limits. A process of the same uid may lower another's limits (prlimit(2)); sbxc
+and the reaper note theirs before the run and put the soft limits back before their
+post-run work (``restore_limits``), so that running out of descriptors cannot turn
+"cannot list the command's processes" into "none left".
 
 In the command's process, forked by the reaper:
 
@@ -57,6 +73,14 @@ PR_SET_SECUREBITS = 28
 # does not regain capabilities, and nothing can undo that.
 SECURE_BITS_LOCKED = 0x2F
 SECCOMP_SET_MODE_FILTER = 1
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+# Both need CAP_SYS_ADMIN in the caller's user namespace: root has it (until confine drops
+# it), an unprivileged user only inside a user namespace, which this backend does without.
+NS_FLAGS = CLONE_NEWPID | CLONE_NEWIPC
+# RLIMIT_CPU .. RLIMIT_RTTIME: the generic numbering, shared by x86_64 and aarch64.
+_RLIMIT_NAMES = ("cpu", "fsize", "data", "stack", "core", "rss", "nproc", "nofile", "memlock", "as",
+                 "locks", "sigpending", "msgqueue", "nice", "rtprio", "rttime")
 _CAPABILITY_VERSION_3 = 0x20080522
 _SYSCALLS = {
     # name: (x86_64, aarch64)
@@ -149,7 +173,8 @@ def reap_run_dirs(base: str, now: float | None = None) -> int:
     import fcntl
     import time
 
-    from .cachedir import STALE_AFTER, remove_tree
+    from .cachedir import STALE_AFTER
+    from .trees import remove_tree
 
     now = time.time() if now is None else now
     try:
@@ -220,9 +245,12 @@ def _children() -> list:
     /proc/self/task/*/children; where the kernel lacks that file (CONFIG_PROC_CHILDREN
     off), from every process's parent in /proc/*/stat."""
     out = []
+    # Only a missing file leads to the slower fallback. Any other error (EMFILE: a
+    # process lowered our RLIMIT_NOFILE) propagates: an empty answer would read as
+    # "nothing left to end".
     try:
         tids = os.listdir("/proc/self/task")
-    except OSError:
+    except FileNotFoundError:
         tids = []
     try:
         for tid in tids:
@@ -284,49 +312,80 @@ def end_descendants(limit: float = 5.0) -> int:
     return len(_children())
 
 
-def _after_exit() -> None:
+def own_limits(ctypes, libc) -> list:
+    """This process's (soft, hard) resource limits, by RLIMIT number (None: unreadable)."""
+    lim = (ctypes.c_uint64 * 2)()
+    out = []
+    for res in range(len(_RLIMIT_NAMES)):
+        out.append((lim[0], lim[1]) if libc.prlimit64(0, res, None, lim) == 0 else None)
+    return out
+
+
+def restore_limits(ctypes, libc, saved: list, who: str) -> str:
+    """Put this process's soft limits back to ``saved`` (``own_limits`` before the run), as
+    far as the current hard limits allow, and return a warning line if any limit had
+    changed ("" if none). A process of the same uid may lower another's limits with
+    prlimit(2), hard ones included (lowering needs no capability): a post-run check that
+    runs out of descriptors or memory could otherwise report "nothing to do". A lowered
+    hard limit cannot be raised back without CAP_SYS_RESOURCE."""
+    lim = (ctypes.c_uint64 * 2)()
+    changed, stuck = [], []
+    for res, was in enumerate(saved):
+        if was is None or libc.prlimit64(0, res, None, lim) != 0:
+            continue
+        soft, hard = lim[0], lim[1]
+        if (soft, hard) == was:
+            continue
+        changed.append(_RLIMIT_NAMES[res])
+        want = min(was[0], hard)
+        if want != soft:
+            new = (ctypes.c_uint64 * 2)(want, hard)
+            libc.prlimit64(0, res, new, None)
+        if hard < was[0]:
+            stuck.append(_RLIMIT_NAMES[res])
+    if not changed:
+        return ""
+    line = (f"sbxc: warning: a process changed the resource limits of {who} while the command ran "
+            f"({', '.join(changed)}); soft limits were put back")
+    if stuck:
+        line += f", except where the hard limit was lowered ({', '.join(stuck)}): post-run checks may be incomplete"
+    return line + "\n"
+
+
+def _after_exit(limits=None) -> None:
+    import sys
+
+    if limits is not None:
+        ctypes, libc = _libc()
+        warning = restore_limits(ctypes, libc, limits, "sbxc")
+        if warning:
+            sys.stderr.write(warning)
     left = end_descendants()
     if left:
-        import sys
-
         sys.stderr.write(f"sbxc: warning: {left} process(es) the command started could not be ended\n")
+
+
+def namespace_errno() -> int:
+    """0 when this process may give the command new PID and IPC namespaces (NS_FLAGS),
+    else the errno unshare(2) gives. Tried in a forked child: unshare(CLONE_NEWPID) here
+    would send this process's later children into a namespace that ends with the first."""
+    ctypes, libc = _libc()
+    pid = os.fork()
+    if pid == 0:
+        code = 255
+        try:
+            code = 0 if libc.unshare(NS_FLAGS) == 0 else min(ctypes.get_errno() or 255, 254)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 255
 
 
 def _remove_tree(path: str) -> None:
     """Remove a folder the command wrote to, never following a symlink it left there."""
-    parent, _, name = path.rpartition("/")
-    try:
-        pfd = os.open(parent or "/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return
-    try:
-        _remove_entry(pfd, name)
-    finally:
-        os.close(pfd)
+    from .trees import remove_path
 
-
-def _remove_entry(dir_fd: int, name: str) -> None:
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-        return
-    except FileNotFoundError:
-        return
-    except (IsADirectoryError, PermissionError):
-        pass
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return
-    try:
-        try:
-            os.fchmod(fd, 0o700)  # the command may have made it read-only
-        except OSError:
-            pass
-        for entry in os.listdir(fd):
-            _remove_entry(fd, entry)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=dir_fd)
+    remove_path(path)
 
 
 def prepare(planfile: dict, cmd: list, env: dict, ctx):
@@ -391,14 +450,17 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
     # module text); set before the fork, so nothing escapes to init in between.
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise _fail("making sbxc a child subreaper", ctypes.get_errno())
+    limits = own_limits(ctypes, libc)
 
     def child_setup():
-        reaper_pid = supervise(sbxc_pid)  # returns in the command's process only
-        confine(rules, ports, fs, net, scoped, bpf, is_root=ctx.is_root, parent_pid=reaper_pid)
+        # Root must get the namespaces: without them its command reaches every root
+        # process by pid, and every SysV IPC object of the host.
+        parent = supervise(sbxc_pid, namespaces=True, required=ctx.is_root)  # returns in the command only
+        confine(rules, ports, fs, net, scoped, bpf, is_root=ctx.is_root, parent_pid=parent)
 
     argv = [_which(cmd[0], env)] + list(cmd[1:])
     return LaunchSpec(argv, env, child_setup=child_setup, exec_is_command=True, cleanups=cleanups,
-                      after_exit=_after_exit)
+                      after_exit=lambda: _after_exit(limits))
 
 
 def _libc():
@@ -438,15 +500,19 @@ def drop_privileges(ctypes, libc, is_root: bool) -> None:
         raise _fail("dropping capabilities", ctypes.get_errno())
 
 
-def supervise(sbxc_pid: int) -> int:
+def supervise(sbxc_pid: int, namespaces: bool = False, required: bool = False) -> int:
     """In sbxc's forked child, before any confinement: fork the command's process and
-    stay behind as its reaper (see the module text). Returns the reaper's PID, in the
-    command's process only; the reaper itself never returns (it must never reach the
+    stay behind as its reaper (see the module text). With ``namespaces``, the command
+    gets new PID and IPC namespaces where this process may make them (``required``: or
+    the run is refused). Returns, in the command's process only, what its getppid()
+    must say while the reaper lives (the reaper's PID; 0 when the reaper is outside the
+    command's PID namespace); the reaper itself never returns (it must never reach the
     exec, which would run the command unconfined)."""
     import _signal
 
     ctypes, libc = _libc()
     me = os.getpid()
+    limits = own_limits(ctypes, libc)
     state = {"cmd": 0}
 
     def relay(signum, _frame):
@@ -479,16 +545,33 @@ def supervise(sbxc_pid: int) -> int:
         raise _fail("making the sandbox's reaper a child subreaper", ctypes.get_errno())
     # Out of the caller's terminal's process group: Ctrl-C reaches sbxc, which forwards.
     os.setsid()
+    hold = -1
+    if namespaces:
+        if libc.unshare(NS_FLAGS) == 0:
+            hold = _start_namespace_init()
+        elif required:
+            err = ctypes.get_errno()
+            raise Refusal(f"new PID and IPC namespaces for the root command could not be made ({os.strerror(err)}), "
+                          "and without them it would reach every root process and the host's IPC objects",
+                          "give sbxc CAP_SYS_ADMIN (a container may withhold it), or run it as an unprivileged user")
     pid = os.fork()
     if pid == 0:
+        if hold >= 0:
+            os.close(hold)
+            return 0  # the reaper is in the parent namespace: getppid() is 0 while it lives
         return me
     code = 125
     try:
         state["cmd"] = pid
         # The reaper holds nothing of the command's: not the report pipe (sbxc reads it
         # to its end), not the per-run locks, not stdin/stdout (a reader downstream must
-        # see the end of the output when the command's processes are gone).
-        os.closerange(3, 1 << 20)
+        # see the end of the output when the command's processes are gone). It keeps
+        # ``hold``, whose other end tells the namespace's init that the reaper lives.
+        if hold >= 0:
+            os.closerange(3, hold)
+            os.closerange(hold + 1, 1 << 20)
+        else:
+            os.closerange(3, 1 << 20)
         null = os.open("/dev/null", os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)
@@ -503,17 +586,67 @@ def supervise(sbxc_pid: int) -> int:
             if done == pid:
                 status = st
                 break
-        left = end_descendants()
-        if left:
-            os.write(2, f"sbxc: warning: {left} process(es) the command started could not be ended\n".encode())
         if status is not None:
             rc = os.waitstatus_to_exitcode(status)
             code = 128 - rc if rc < 0 else rc
+        warning = restore_limits(ctypes, libc, limits, "the sandbox's reaper")
+        if warning:
+            os.write(2, warning.encode())
+        try:
+            left = end_descendants()
+        except OSError as e:
+            # The orphans come to sbxc, a subreaper too, which tries again (after_exit).
+            os.write(2, f"sbxc: warning: the sandbox's reaper could not list the command's processes ({e.strerror})\n"
+                     .encode())
+            left = 0
+        if left:
+            os.write(2, f"sbxc: warning: {left} process(es) the command started could not be ended\n".encode())
     finally:
         try:
             end_descendants()
         finally:
             os._exit(code)
+    raise AssertionError("unreachable")
+
+
+def _start_namespace_init() -> int:
+    """After unshare(CLONE_NEWPID): fork the new PID namespace's init (PID 1) and return
+    the write end of a pipe that it reads until the reaper is gone.
+
+    The init is the namespace, not the command's parent: the command is the reaper's
+    second child (PID 2), so it keeps ordinary signal semantics. A PID 1 ignores every
+    signal it has no handler for, also the command's own `kill -TERM $$` or a forwarded
+    Ctrl-C, which a command that is PID 1 would not see. Orphans of the command's
+    processes go to this init (a subreaper in the parent namespace is not asked); with
+    SIGCHLD ignored the kernel reaps them. When the init ends (the reaper kills it after
+    the command, or the reaper dies: the pipe's end, or the parent-death signal, which a
+    signal from the parent namespace delivers), the kernel kills every process in the
+    namespace and waits for them before the init can be reaped: nothing the command
+    started outlives the run, even when sbxc and the reaper are killed together. The
+    command can reach this init (it is PID 1 there), but it has no handler, holds no
+    descriptor but the pipe and does no post-run work; ending it ends the sandbox."""
+    import _signal
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid != 0:
+        os.close(r)
+        return w
+    try:
+        for name in _RELAYED:
+            _signal.signal(getattr(_signal, name), _signal.SIG_DFL)
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)
+        ctypes, libc = _libc()
+        libc.prctl(PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+        # Everything else is sbxc's: above all the report pipe, which sbxc reads to its end.
+        os.closerange(0, r)
+        os.closerange(r + 1, 1 << 20)
+        # The reaper holds w for as long as it lives, so this read ends only with it (the
+        # parent-death signal is only armed now: this also covers a reaper that died before).
+        while os.read(r, 64):
+            pass
+    finally:
+        os._exit(0)
     raise AssertionError("unreachable")
 
 

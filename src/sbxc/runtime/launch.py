@@ -384,8 +384,9 @@ def _relay_chunks(pid: int, err_r: int, wake_r: int):
                 return
 
 
-def run(spec: LaunchSpec, network_off: bool) -> int:
-    """Fork, exec ``spec.argv``, relay stderr when it is not a terminal, wait, clean up."""
+def run(spec: LaunchSpec, network_off: bool, state=None) -> int:
+    """Fork, exec ``spec.argv``, relay stderr when it is not a terminal, wait, clean up.
+    ``state`` (a ``RunState``) learns that the command's process was started."""
     import _signal
 
     interpose = not os.isatty(2)
@@ -431,6 +432,8 @@ def run(spec: LaunchSpec, network_off: bool) -> int:
         if pid == 0:
             _child(spec, err_w, rep_w)  # never returns
         child[0] = pid
+        if state is not None:
+            state.started = True  # from here on, no message may say the command did not run
         os.close(rep_w)
         if err_w >= 0:
             os.close(err_w)
@@ -708,6 +711,7 @@ def _fill_std_fds() -> None:
 def exec_main(argv) -> int:
     environ = os.environ
     _fill_std_fds()
+    state = RunState()
     try:
         try:
             a = parse_args(list(argv))
@@ -731,17 +735,53 @@ def exec_main(argv) -> int:
         # A plan from the plan cache was re-checked against the filesystem just now (or
         # compiled just now): only a --plan file still needs it.
         return launch(pf, a.cmd, environ, cwd, watch=policy_watch(pf.get("sources") if a.plan is None else (), cwd),
-                      paths_checked=a.plan is None)
+                      paths_checked=a.plan is None, state=state)
     except Refusal as r:
+        if state.started:
+            # Only a Refusal from before the fork reaches here once started is set (none
+            # is raised after it); say so truthfully all the same.
+            sys.stderr.write(_after_start_line(f"{r.cause}", state) + "\n")
+            return state.status if state.status is not None else REFUSED
         sys.stderr.write(r.line() + "\n")
         return REFUSED
-    except Exception as e:
+    except BaseException as e:
+        if state.started:
+            # The command was started: saying "before the command started" would be false,
+            # and 125 would pass for sbxc's refusal. The run's record stays (launch never
+            # cleared it), so the next run refuses what this one could have written.
+            try:
+                sys.stderr.write(_after_start_line(f"{type(e).__name__}: {e}", state) + "\n")
+            except BaseException:
+                pass
+            return state.status if state.status is not None else REFUSED
+        if not isinstance(e, Exception):
+            raise
         # A bug or a malformed plan: still one line and 125, never a traceback with
-        # status 1 that could pass for the command's own failure. (Once the command has
-        # started, ``run`` returns its status and does not raise.)
+        # status 1 that could pass for the command's own failure.
         sys.stderr.write(Refusal(f"internal error before the command started ({type(e).__name__}: {e})",
                                  "check the plan file (recompile it); please report this").line() + "\n")
         return REFUSED
+
+
+class RunState:
+    """What ``exec_main`` must know to report a failure truthfully: whether the command's
+    process was started (forked), and its status once known."""
+
+    __slots__ = ("started", "status")
+
+    def __init__(self):
+        self.started = False
+        self.status = None
+
+
+POST_RUN_FIX = ("review the files that command could write (the next sbxc exec refuses the policy files among "
+                "them until you accept them with 'sbxc compile --check PATH')")
+
+
+def _after_start_line(what: str, state) -> str:
+    status = "its exit status is unknown" if state.status is None else f"it exited with status {state.status}"
+    return (f"sbxc: warning: the command ran ({status}), but sbxc's checks after it did not complete "
+            f"({one_line(what, 300)}); {POST_RUN_FIX}")
 
 
 def policy_watch(sources, cwd: str) -> list:
@@ -762,16 +802,19 @@ def policy_watch(sources, cwd: str) -> list:
 def note_policy_changes(watch) -> None:
     """After the command (and every process of its sandbox) has ended: for each watched
     policy file that appeared, changed or vanished, one warning line, and a taint entry in
-    the plans folder so that the next ``exec`` refuses it until it is accepted."""
+    the plans folder so that the next ``exec`` refuses it until it is accepted. Returns
+    (real path, state) of every watched file as read now, for the run journal."""
     from .plancache import policy_state, record_taints
 
     changed = []
+    after = []
     for path, before in watch or ():
         now = policy_state(path)  # bounded: an oversized file is not hashed
+        after.append((os.path.realpath(path), now))
         if now != before:
             changed.append((path, before, now))
     if not changed:
-        return
+        return after
     # Recorded first, printed after: an interrupt while printing must not lose the taints.
     recorded = record_taints([(path, now) for path, _before, now in changed])
     for path, before, now in changed:
@@ -783,13 +826,16 @@ def note_policy_changes(watch) -> None:
     if not recorded:
         sys.stderr.write("sbxc: warning: these changes could not be recorded (the plan cache folder is unusable or "
                          "its disk is full), so the next run cannot refuse them; review them before running sbxc again\n")
+    return after
 
 
-def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool = False) -> int:
+def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool = False, state=None) -> int:
     """Run ``cmd`` under the loaded plan file ``pf``; 125 on any refusal. ``watch``: (policy
     file, state) pairs to check for changes once the command has ended (``policy_watch``).
     ``paths_checked``: the plan's paths were just re-checked (the plan cache does that
-    before serving a plan), so the check is not done twice on the hot path."""
+    before serving a plan), so the check is not done twice on the hot path. ``state``: a
+    ``RunState`` that learns when the command was started and its status."""
+    state = state if state is not None else RunState()
     try:
         if not isinstance(pf, dict) or pf.get("format") != "sbxc-plan/1":
             raise Refusal("the plan file has an unknown format", "recompile it with this sbxc (sbxc compile -o PLAN)")
@@ -819,22 +865,79 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             if "/" not in cmd[0] and not find_program(cmd[0], env):
                 sys.stderr.write(f"sbxc: {one_line(cmd[0], 200)}: command not found\n")
                 return 127
-            from . import plancache
+            from . import journal, plancache
 
-            ctx = Context(project=rt.get("project", ""), cwd=cwd, uid=os.getuid(), is_root=os.geteuid() == 0,
-                          network=rt.get("network", "on"), cache=cache, plans_dir=plancache.plans_dir(),
-                          warn=lambda line: sys.stderr.write(one_line(line) + "\n"), environ=environ)
-            spec = runner.prepare(pf, list(cmd), env, ctx)
+            # Before anything of the command can run: a record, in the plans folder, that a
+            # run which can write these folders is in progress. Only the completed post-run
+            # checks remove it; whatever stops them (sbxc killed, its limits lowered by the
+            # command, a bug) leaves it, and later runs refuse what this one could write.
+            record = journal.begin(journal.writable_roots(pf, cache.dir))
+            try:
+                ctx = Context(project=rt.get("project", ""), cwd=cwd, uid=os.getuid(), is_root=os.geteuid() == 0,
+                              network=rt.get("network", "on"), cache=cache, plans_dir=plancache.plans_dir(),
+                              warn=lambda line: sys.stderr.write(one_line(line) + "\n"), environ=environ)
+                spec = runner.prepare(pf, list(cmd), env, ctx)
+            except BaseException:
+                journal.abandon(record)
+                raise
             # The hint is for a network that is off: `network: false`, or per-port rules
             # on bwrap (narrowed to no network). Under Landlock the listed ports stay open.
             net_off = ctx.network == "off" or (ctx.network == "rules" and backend == "bwrap")
-            status = run(spec, net_off)
+            status = run(spec, net_off, state)
+            state.status = status
+            import time
+
+            # The sandbox's processes are gone (bwrap's PID namespace died with it; on
+            # Landlock the reaper and after_exit ended them, checked again below).
+            end = time.time_ns()
             # Only now: every process of the sandbox is gone (a later write would escape the
             # comparison). Keep this after any post-exit clean-up of the sandbox's processes.
-            note_policy_changes(watch)
+            after_run(watch, record, status, end)
             return status
         finally:
             cache.cleanup()
     except Refusal as r:
+        if state.started:
+            raise  # exec_main words it: the command ran
         sys.stderr.write(r.line() + "\n")
         return REFUSED
+
+
+def _processes_left() -> int:
+    """Children of sbxc still running once the sandbox's own process was waited for: on
+    Landlock sbxc is a child subreaper, so a process of the command that its reaper could
+    not end comes here. Zombies are reaped on the way."""
+    left = 0
+    for _ in range(1 << 16):
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return left
+        if pid == 0:
+            return 1
+    return left
+
+
+def after_run(watch, record, status: int, end: int) -> None:
+    """The post-run checks, then the run's record is cleared. Any failure here (also an
+    interrupt, or MemoryError after the command lowered sbxc's limits) leaves the record in
+    place and prints one line saying that the command ran and what could not be checked;
+    the command's status stands."""
+    from . import journal
+
+    step = "checking the policy files"
+    try:
+        after = note_policy_changes(watch) or ()
+        step = "checking that the command's processes are gone"
+        if _processes_left():
+            raise RuntimeError("processes the command started are still running")
+        step = "recording the run's end"
+        journal.finish(record, end, after)
+        return
+    except BaseException as e:
+        try:
+            sys.stderr.write(f"sbxc: warning: the command ran (exit status {status}), but sbxc could not complete "
+                             f"its checks after it ({step}: {one_line(type(e).__name__ + ': ' + str(e), 200)}); "
+                             f"{POST_RUN_FIX}\n")
+        except BaseException:
+            pass

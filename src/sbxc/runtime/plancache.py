@@ -24,7 +24,7 @@ except ImportError:  # Python 3.12+ renamed it
     except ImportError:
         from hashlib import sha256  # type: ignore
 
-ENTRY_VERSION = 1
+ENTRY_VERSION = 2  # 2: entries are stored only after their sources passed the run journal
 POLICY_NAME = "sandbox.policy.yaml"  # as sbxc.compiler.api.POLICY_NAME (not imported: hot path)
 DEFAULT_POLICY = "builtin:default"
 MAX_PLAN_BYTES = 16 << 20
@@ -206,7 +206,8 @@ def policy_state(path: str) -> str:
     must not hang sbxc."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    except OSError as e:
+        _raise_if_sbxc_failed(e)
         return ""
     try:
         st = os.fstat(fd)
@@ -223,10 +224,20 @@ def policy_state(path: str) -> str:
                 break
             h.update(b)
         return h.hexdigest()
-    except OSError:
+    except OSError as e:
+        _raise_if_sbxc_failed(e)
         return ""
     finally:
         os.close(fd)
+
+
+def _raise_if_sbxc_failed(e: OSError) -> None:
+    """Out of descriptors or memory says nothing about the file: answering "no file" then
+    would report a policy as removed (or an appeared one as absent). Let it raise."""
+    import errno
+
+    if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+        raise e
 
 
 def candidates(cwd: str, stop: str = "") -> list:
@@ -388,12 +399,9 @@ def policy_ref(policy, cwd: str) -> str:
 
 
 def _which_bwrap(environ) -> str:
-    for d in (environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":"):
-        if d.startswith("/"):
-            p = d.rstrip("/") + "/bwrap"
-            if os.access(p, os.X_OK) and not os.path.isdir(p):
-                return os.path.realpath(p)
-    return ""
+    from .probe import host_program  # the one lookup of sbxc's own tools (trusted folders only)
+
+    return host_program("bwrap", environ)[0]
 
 
 def _builtin_path(name: str) -> str:
@@ -526,13 +534,21 @@ def plan_for_policy(policy, backend, network, environ, cwd: str, warn) -> dict:
             if entry is not None and _entry_valid(entry, environ):
                 check_taints(dir_fd, entry.get("sources", ()))
                 return entry["plan"]
+        from . import journal
+
         if dir_fd >= 0 and ref.startswith("/"):
             # Before compiling: a tainted file is refused as such, not judged on its contents.
-            check_taints(dir_fd, ((ref, policy_state(ref)),))
+            first = ((ref, policy_state(ref)),)
+            check_taints(dir_fd, first)
+            journal.check_sources(dir_fd, first)
         entry = compile_entry(policy, backend, network, environ, cwd)
         if dir_fd >= 0:
-            # The digests were just read by the compiler: what the plan is made of.
+            # The digests were just read by the compiler: what the plan is made of. A file
+            # a sandboxed run could have written since its last acceptance (the journal)
+            # is refused; only then is the entry stored, so a later hit on the same bytes
+            # needs no second look at the journal.
             check_taints(dir_fd, entry.get("sources", ()))
+            journal.check_sources(dir_fd, entry.get("sources", ()))
             _write_entry(dir_fd, name, entry)
             ensure_reserve(dir_fd)  # on a miss only: a hit stays one open and one read
         return entry["plan"]

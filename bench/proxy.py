@@ -1,0 +1,205 @@
+"""Throughput and per-connection cost of the host-rule proxy (sbxc.runtime.proxy), side by
+side with direct connections, in one run.
+
+    .venv/bin/python bench/proxy.py [--mb 200] [--rounds 5] [--conns 300]
+
+It starts its own loopback servers in a forked process (so the server, the proxy and the
+client each have a process, as in a real run): a bulk server that sends the requested
+number of bytes, and a ping server that answers one byte and closes. Then, alternating so
+that drift hits every variant alike:
+
+- download: the bytes read by one client, direct and through the proxy (HTTP CONNECT)
+  with the copy relay (the default) and the splice relay; median MB/s, the ratio to
+  direct, and the CPU time of the whole machine per GB (from /proc/stat: on a small
+  machine the proxy's share of the CPU is what limits it);
+- new connections: connect, one byte each way, close: direct, through CONNECT and
+  through SOCKS5 (address rules), and through CONNECT with a name (resolved with the
+  host's getaddrinfo: ``localhost``); median and p90, and the time added to direct.
+
+Nothing leaves the machine: every address is 127.0.0.1, and ``localhost`` is the only
+name resolved.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+from sbxc.runtime import proxy_relay  # noqa: E402
+from sbxc.runtime.proxy import Limits, Proxy  # noqa: E402
+
+CHUNK = 1 << 20
+
+
+def _bulk_server(lst: socket.socket) -> None:
+    block = b"x" * CHUNK
+    while True:
+        conn, _ = lst.accept()
+        if os.fork() == 0:
+            lst.close()
+            want = int(conn.recv(64).split(b"\n", 1)[0])
+            view = memoryview(block)
+            while want > 0:
+                n = conn.send(view[:min(CHUNK, want)])
+                want -= n
+            conn.close()
+            os._exit(0)
+        conn.close()
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+
+
+def _ping_server(lst: socket.socket) -> None:
+    while True:
+        conn, _ = lst.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if conn.recv(1):
+            conn.sendall(b"p")
+        conn.close()
+
+
+def start_servers():
+    bulk = socket.create_server(("127.0.0.1", 0), backlog=64)
+    ping = socket.create_server(("127.0.0.1", 0), backlog=512)
+    pids = []
+    for lst, fn in ((bulk, _bulk_server), (ping, _ping_server)):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                fn(lst)
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    ports = bulk.getsockname()[1], ping.getsockname()[1]
+    bulk.close()
+    ping.close()
+    return pids, ports
+
+
+def _connect_via(proxy_addr, how: str, host: str, port: int) -> socket.socket:
+    if proxy_addr is None:
+        s = socket.create_connection((host, port))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return s
+    s = socket.create_connection(proxy_addr)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if how == "connect":
+        s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += s.recv(4096)
+        assert head.startswith(b"HTTP/1.1 200"), head
+    else:
+        s.sendall(b"\x05\x01\x00" + b"\x05\x01\x00\x01" + socket.inet_aton(host) + port.to_bytes(2, "big"))
+        reply = b""
+        while len(reply) < 12:
+            reply += s.recv(12 - len(reply))
+        assert reply[:2] == b"\x05\x00" and reply[3] == 0, reply
+    return s
+
+
+def download(proxy_addr, port: int, size: int) -> float:
+    buf = bytearray(CHUNK)
+    start = time.perf_counter()
+    s = _connect_via(proxy_addr, "connect", "127.0.0.1", port)
+    s.sendall(f"{size}\n".encode())
+    got = 0
+    while True:
+        n = s.recv_into(buf)
+        if not n:
+            break
+        got += n
+    elapsed = time.perf_counter() - start
+    s.close()
+    assert got == size, (got, size)
+    return size / elapsed / 1e6
+
+
+def ping(proxy_addr, how: str, host: str, port: int) -> float:
+    start = time.perf_counter()
+    s = _connect_via(proxy_addr, how, host, port)
+    s.sendall(b"q")
+    assert s.recv(1) == b"p"
+    s.close()
+    return (time.perf_counter() - start) * 1000
+
+
+def _busy_seconds() -> float:
+    """CPU time of the whole machine (all processes) so far, from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _proxy(ports, splice: bool) -> Proxy:
+    proxy_relay.USE_SPLICE = splice  # read by relay() in the forked child
+    rules = [("127.0.0.1", ports, "bench"), ("localhost", ports, "bench")]
+    p = Proxy(rules, limits=Limits(max_connections=512))
+    p.start()
+    return p
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mb", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--conns", type=int, default=300)
+    args = ap.parse_args()
+    pids, (bulk_port, ping_port) = start_servers()
+    have_splice = proxy_relay.HAVE_SPLICE
+    copying = _proxy((bulk_port, ping_port), False)
+    spliced = _proxy((bulk_port, ping_port), True) if have_splice else None
+    try:
+        size = args.mb * 1_000_000
+        variants = [("direct", None), ("proxy (copy)", copying.address)]
+        if spliced is not None:
+            variants.append(("proxy (splice)", spliced.address))
+        rates = {name: [] for name, _ in variants}
+        cpu = {name: [] for name, _ in variants}
+        for _ in range(args.rounds):
+            for name, addr in variants:
+                busy0 = _busy_seconds()
+                rates[name].append(download(addr, bulk_port, size))
+                cpu[name].append((_busy_seconds() - busy0) / (size / 1e9))
+        direct = statistics.median(rates["direct"])
+        print(f"download of {args.mb} MB, {args.rounds} rounds, {os.cpu_count()} CPUs "
+              "(median MB/s, ratio to direct, machine CPU-seconds per GB)")
+        for name, values in rates.items():
+            med = statistics.median(values)
+            print(f"  {name:18} {med:9.0f} MB/s  {med / direct:5.2f}  {statistics.median(cpu[name]):5.2f}")
+
+        times = {"direct": [], "CONNECT 127.0.0.1": [], "SOCKS5 127.0.0.1": [], "CONNECT localhost": []}
+        for _ in range(args.conns):
+            times["direct"].append(ping(None, "", "127.0.0.1", ping_port))
+            times["CONNECT 127.0.0.1"].append(ping(copying.address, "connect", "127.0.0.1", ping_port))
+            times["SOCKS5 127.0.0.1"].append(ping(copying.address, "socks", "127.0.0.1", ping_port))
+            times["CONNECT localhost"].append(ping(copying.address, "connect", "localhost", ping_port))
+        base = statistics.median(times["direct"])
+        print(f"new connection, one byte each way, {args.conns} each (ms: median, p90, added median)")
+        for name, values in times.items():
+            values.sort()
+            med = statistics.median(values)
+            p90 = values[int(len(values) * 0.9)]
+            added = "" if name == "direct" else f"  +{med - base:.3f}"
+            print(f"  {name:18} {med:7.3f} {p90:7.3f}{added}")
+    finally:
+        copying.stop()
+        if spliced is not None:
+            spliced.stop()
+        for pid in pids:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,421 @@
+"""The proxy's server: accepts connections, speaks HTTP or SOCKS5 with each client, checks
+the target against the rules, connects to an address it checked, relays.
+
+Runs in the process that ``proxy.Proxy`` forks (or in a thread of the caller's process).
+One thread per connection (``_thread``: no ``threading`` machinery is needed); the accept
+loop polls the listeners and a wake-up pipe. Nothing of the traffic is logged or kept:
+only refusals, as (host, port, reason) with sbxc's own wording.
+"""
+from __future__ import annotations
+
+import _thread
+import os
+import select
+import socket
+import time
+
+from . import proxy_match as match
+from . import proxy_proto as proto
+from .proxy_relay import relay
+
+MAX_REFUSALS = 256
+"""Distinct refusals kept for the report; further distinct ones are only counted."""
+
+
+class Timeout(Exception):
+    pass
+
+
+class Closed(Exception):
+    pass
+
+
+class Failure(Exception):
+    """The target cannot be reached; ``kind``: "rules", "resolve", "refused", "timeout",
+    "unreachable", "busy" (the reply code each protocol gives depends on it)."""
+
+    def __init__(self, kind: str, reason: str):
+        super().__init__(kind, reason)
+        self.kind = kind
+        self.reason = reason
+
+
+_HTTP_STATUS = {"rules": 403, "busy": 503, "resolve": 502, "refused": 502, "unreachable": 502, "timeout": 504}
+_SOCKS_CODE = {"rules": proto.S_NOT_ALLOWED, "busy": proto.S_FAILURE, "resolve": proto.S_HOST_UNREACHABLE,
+               "refused": proto.S_REFUSED, "unreachable": proto.S_NET_UNREACHABLE,
+               "timeout": proto.S_HOST_UNREACHABLE}
+
+
+class _Reader:
+    """Bytes from a client within one deadline for the whole handshake (a client that
+    sends one byte a minute cannot hold a connection slot for longer)."""
+
+    __slots__ = ("sock", "deadline", "buf")
+
+    def __init__(self, sock, deadline: float):
+        self.sock = sock
+        self.deadline = deadline
+        self.buf = bytearray()
+
+    def _fill(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise Timeout
+        self.sock.settimeout(left)
+        try:
+            data = self.sock.recv(65536)
+        except TimeoutError:
+            raise Timeout from None
+        if not data:
+            raise Closed
+        self.buf += data
+
+    def first_byte(self) -> int:
+        """Peek: the byte that tells the protocol, left in the buffer."""
+        while not self.buf:
+            self._fill()
+        return self.buf[0]
+
+    def exact(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self._fill()
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def head(self, limit: int) -> bytes:
+        start = 0
+        while True:
+            end = self.buf.find(b"\r\n\r\n", start)
+            if end >= 0:
+                if end + 4 > limit:
+                    break
+                out = bytes(self.buf[:end])
+                del self.buf[:end + 4]
+                return out
+            if len(self.buf) > limit:
+                break
+            start = max(0, len(self.buf) - 3)
+            self._fill()
+        raise proto.HttpError(431, f"the request head is larger than {limit} bytes")
+
+    def rest(self) -> bytes:
+        out = bytes(self.buf)
+        self.buf.clear()
+        return out
+
+
+def _answer(conn, response: bytes) -> None:
+    """Send a refusal the client can read: it may have sent more than was read (a
+    pipelined TLS hello, the rest of an oversized head)."""
+    conn.sendall(response)
+    _lingering_close(conn)
+
+
+def _lingering_close(conn) -> None:
+    """End a forwarded request's client connection without losing the response. Bytes
+    the client sent after its request (a pipelined next one) are still unread, and
+    closing a socket with unread bytes sends a reset, which can make the client's kernel
+    drop the response it has not read yet. So: send FIN, read and drop what comes until
+    the client closes, for a bounded time and amount."""
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        end = time.monotonic() + 2.0
+        dropped = 0
+        while dropped < (1 << 20):
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            conn.settimeout(left)
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            dropped += len(chunk)
+    except OSError:
+        pass
+
+
+def default_resolver(host: str) -> list[str]:
+    """The host's own resolver (getaddrinfo), once per request: the proxy connects to an
+    address it got here and checked, never to the name again."""
+    out = []
+    for family, _, _, _, sockaddr in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM):
+        if family in (socket.AF_INET, socket.AF_INET6) and sockaddr[0] not in out:
+            out.append(sockaddr[0])
+    return out
+
+
+class Server:
+    def __init__(self, rules: match.Rules, listeners: list, limits, resolver=None):
+        self.rules = rules
+        self.listeners = listeners
+        self.limits = limits
+        self.resolver = resolver or default_resolver
+        self.lock = _thread.allocate_lock()
+        self.active = 0
+        self.conns: set = set()
+        self.refusals: dict[tuple[str, int, str], None] = {}
+        self.refusal_count = 0
+        self.failure: str | None = None
+        self.stopping = False
+        self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        # Held from here until the accept loop has returned: stop() waits on it, also when
+        # it comes before the loop's thread has started.
+        self.serving = _thread.allocate_lock()
+        self.serving.acquire()
+
+    # --- bookkeeping ---------------------------------------------------------------
+
+    def note(self, host: str, port: int, reason: str) -> None:
+        with self.lock:
+            self.refusal_count += 1
+            key = (host, port, reason)
+            if key not in self.refusals and len(self.refusals) < MAX_REFUSALS:
+                self.refusals[key] = None
+
+    def refused(self) -> list[tuple[str, int, str]]:
+        with self.lock:
+            return list(self.refusals)
+
+    # --- accepting -----------------------------------------------------------------
+
+    def serve(self) -> None:
+        """The accept loop; run it once, in a thread of its own."""
+        try:
+            if not self.stopping:
+                self._accept_loop()
+        except BaseException as e:  # noqa: BLE001 - reported to the caller, not logged
+            self.failure = f"the proxy's accept loop failed ({type(e).__name__})"
+        finally:
+            self.serving.release()
+
+    def _accept_loop(self) -> None:
+        poller = select.poll()
+        by_fd = {}
+        for lst in self.listeners:
+            lst.setblocking(False)
+            poller.register(lst.fileno(), select.POLLIN)
+            by_fd[lst.fileno()] = lst
+        poller.register(self.wake_r, select.POLLIN)
+        while not self.stopping:
+            for fd, _ in poller.poll():
+                if fd in by_fd and not self.stopping:
+                    self._accept(by_fd[fd])
+
+    def _accept(self, lst) -> None:
+        limit = self.limits.max_connections
+        # A few connections over the limit still get a proper refusal (HTTP 503, a SOCKS
+        # failure reply) within a short deadline; beyond those they are reset at once.
+        overflow = max(4, limit // 8)
+        while True:
+            try:
+                conn, _ = lst.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # EMFILE and the like: the client sees a reset; the loop goes on
+            with self.lock:
+                n = self.active
+                if n < limit + overflow:
+                    self.active += 1
+                    self.conns.add(conn)
+            if n >= limit + overflow:
+                self.note("", 0, f"too many connections (limit {limit})")
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                conn.close()
+                continue
+            try:
+                _thread.start_new_thread(self._serve_conn, (conn, n >= limit))
+            except RuntimeError:
+                self._done(conn)
+
+    def _done(self, conn) -> None:
+        conn.close()
+        with self.lock:
+            self.active -= 1
+            self.conns.discard(conn)
+
+    def stop(self, wait: float = 2.0) -> None:
+        """Stop accepting, cut every connection; wait up to ``wait`` s for the threads."""
+        self.stopping = True
+        try:
+            os.write(self.wake_w, b"x")
+        except OSError:
+            pass
+        with self.serving:  # the accept loop has returned
+            pass
+        for lst in self.listeners:
+            lst.close()
+        with self.lock:
+            conns = list(self.conns)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        end = time.monotonic() + wait
+        while self.active and time.monotonic() < end:
+            time.sleep(0.005)
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+
+    # --- one connection ------------------------------------------------------------
+
+    def _serve_conn(self, conn, busy: bool) -> None:
+        upstream = None
+        try:
+            if conn.family != socket.AF_UNIX:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            limits = self.limits
+            deadline = time.monotonic() + (min(2.0, limits.handshake_timeout) if busy else limits.handshake_timeout)
+            reader = _Reader(conn, deadline)
+            first = reader.first_byte()
+            if first == proto.SOCKS_VERSION:
+                upstream = self._socks(conn, reader, busy)
+            elif first == 4:
+                conn.sendall(proto.SOCKS4_REJECTED)
+                self.note("", 0, "SOCKS4 is not supported (use SOCKS5 or HTTP)")
+            else:
+                upstream = self._http(conn, reader, busy)
+        except (Timeout, Closed, OSError):
+            pass
+        finally:
+            if upstream is not None:
+                upstream.close()
+            self._done(conn)
+
+    def _http(self, conn, reader: _Reader, busy: bool):
+        try:
+            req = proto.parse_request(reader.head(self.limits.max_header_bytes))
+        except proto.HttpError as e:
+            self.note("", 0, f"HTTP {e.status}: {e.reason}")
+            _answer(conn, proto.http_response(e.status, e.reason))
+            return None
+        except Timeout:
+            _answer(conn, proto.http_response(408, "the request head did not arrive in time"))
+            return None
+        try:
+            upstream = self.open(req.kind, req.host, req.port, busy)
+        except Failure as e:
+            shown = f"{match.display(req.kind, req.host)}:{req.port}"
+            _answer(conn, proto.http_response(_HTTP_STATUS[e.kind], f"{shown}: {e.reason}"))
+            return None
+        conn.settimeout(self.limits.idle_timeout)
+        early = reader.rest()
+        if req.connect:
+            conn.sendall(proto.CONNECT_OK)
+            if early:
+                upstream.sendall(early)
+            relay(conn, upstream, self.limits.idle_timeout)
+        else:
+            body = early[:req.body_length]
+            upstream.sendall(req.forward_head + body)
+            relay(conn, upstream, self.limits.idle_timeout, upload_budget=req.body_length - len(body),
+                  end_with_download=True)
+            _lingering_close(conn)
+        return upstream
+
+    def _socks(self, conn, reader: _Reader, busy: bool):
+        _, count = reader.exact(2)
+        if proto.NO_AUTH not in reader.exact(count):
+            conn.sendall(proto.NO_ACCEPTABLE)
+            self.note("", 0, "the SOCKS5 client offers no method without authentication")
+            return None
+        conn.sendall(proto.CHOSEN_NO_AUTH)
+        version, command, _, atyp = reader.exact(4)
+        try:
+            if atyp == proto.ATYP_V4:
+                kind, host = "addr", (socket.AF_INET, reader.exact(4))
+            elif atyp == proto.ATYP_V6:
+                kind, host = "addr", match.canonical_addr(socket.AF_INET6, reader.exact(16))
+            elif atyp == proto.ATYP_NAME:
+                kind, host = match.parse_host(reader.exact(reader.exact(1)[0]).decode("utf-8"))
+            else:
+                conn.sendall(proto.socks_reply(proto.S_ATYP))
+                self.note("", 0, "SOCKS5 address type not supported")
+                return None
+        except (match.BadTarget, UnicodeDecodeError) as e:
+            reader.exact(2)
+            conn.sendall(proto.socks_reply(proto.S_HOST_UNREACHABLE))
+            reason = str(e) if isinstance(e, match.BadTarget) else "the host name is not UTF-8"
+            self.note("(invalid name)", 0, reason)
+            return None
+        port = int.from_bytes(reader.exact(2), "big")
+        if version != proto.SOCKS_VERSION or command != 1:
+            conn.sendall(proto.socks_reply(proto.S_COMMAND))
+            self.note(match.display(kind, host), port, "only the SOCKS5 CONNECT command is supported")
+            return None
+        try:
+            upstream = self.open(kind, host, port, busy)
+        except Failure as e:
+            conn.sendall(proto.socks_reply(_SOCKS_CODE[e.kind]))
+            return None
+        conn.settimeout(self.limits.idle_timeout)
+        conn.sendall(proto.socks_reply(proto.S_OK))
+        early = reader.rest()
+        if early:
+            upstream.sendall(early)
+        relay(conn, upstream, self.limits.idle_timeout)
+        return upstream
+
+    # --- the decision and the connection -------------------------------------------
+
+    def open(self, kind: str, host, port: int, busy: bool = False):
+        """A connected socket to (kind, host, port), or Failure (refusals are noted)."""
+        shown = match.display(kind, host)
+        if busy:
+            reason = f"too many connections (limit {self.limits.max_connections})"
+            self.note(shown, port, reason)
+            raise Failure("busy", reason)
+        rule, why = self.rules.admit(kind, host, port)
+        if rule is None:
+            self.note(shown, port, f"{why}; to allow it: {match.rule_hint(kind, host, port)}")
+            raise Failure("rules", why)
+        if kind == "addr":
+            addrs = [host]
+        else:
+            try:
+                found = [match.parse_addr(a) for a in self.resolver(host)]
+            except (OSError, UnicodeError):
+                raise Failure("resolve", "the name does not resolve") from None
+            found = [a for a in found if a is not None]
+            if not found:
+                raise Failure("resolve", "the name does not resolve")
+            addrs = [a for a in found if self.rules.usable(a[0], a[1], port)]
+            if not addrs:
+                first = match.display("addr", found[0])
+                why = f"resolves only to non-public addresses ({first})"
+                hint = match.rule_hint("addr", found[0], port)
+                self.note(shown, port, f"{why}; if that is meant, add: {hint}")
+                raise Failure("rules", why)
+        return self._connect(addrs, port)
+
+    def _connect(self, addrs, port: int):
+        end = time.monotonic() + self.limits.connect_timeout
+        kind = "unreachable"
+        for family, packed in addrs:
+            left = end - time.monotonic()
+            if left <= 0:
+                kind = "timeout"
+                break
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.settimeout(left)
+            address = (match.addr_text(family, packed), port)
+            try:
+                sock.connect(address)
+            except TimeoutError:
+                sock.close()
+                kind = "timeout"
+                continue
+            except ConnectionRefusedError:
+                sock.close()
+                kind = "refused"
+                continue
+            except OSError:
+                sock.close()
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(self.limits.idle_timeout)
+            return sock
+        raise Failure(kind, {"timeout": "the connection timed out", "refused": "the connection was refused",
+                             "unreachable": "the host is unreachable"}[kind])
