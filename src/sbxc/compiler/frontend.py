@@ -5,6 +5,7 @@ but the caller (or root) could have written it or any symlink on the way to it.
 """
 from __future__ import annotations
 
+import functools
 import re
 from importlib import resources
 from typing import Optional
@@ -12,7 +13,7 @@ from typing import Optional
 from .diagnostics import Diagnostic, diag
 from .plan import Span
 from .source import point
-from .yamltree import MAX_BYTES
+from .yamltree import MAX_BYTES, YMap, YSeq, decode_source, load_yaml
 
 
 # ---------------------------------------------------------------- reading files
