@@ -26,8 +26,8 @@ def interpreter_line(path: str) -> list:
         first, second = f.readline().rstrip("\n"), f.readline().rstrip("\n")
     if first == "#!/bin/sh":
         # '''exec' 'PYTHON' -IS "$0" "$@"
-        py = second.split("'")[3]
-        return [py] + second.split("'")[4].split()[:1]
+        parts = second.split("'")
+        return [parts[5]] + parts[6].split()[:1]
     assert first.startswith("#!"), first
     py, _, flags = first[2:].partition(" ")
     return [py] + ([flags] if flags else [])
