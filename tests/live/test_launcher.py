@@ -1,0 +1,133 @@
+"""The installed command: ``VENV/bin/sbxc``, the launcher scripts/setup writes in place of
+pip's console script (and the file the ``sbxc`` on PATH points at). Every other test runs
+``python -m sbxc``; these run the command a user runs, and check that it behaves as the
+module does (arguments, exit codes, standard streams), that its runs are sandboxed as
+ever (seen from inside), that the hot path stays lean, and that no PYTHON* variable can
+choose the code it runs."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import PYTHON, SANDBOX_PYTHON, base_env, run, sbxc_argv
+
+pytestmark = pytest.mark.live
+
+LAUNCHER = os.path.join(os.path.dirname(sys.executable), "sbxc")
+POLICY = "sbxc: 1\nextends: [builtin:default]\nnetwork: false\n"
+
+
+def interpreter_line(path: str) -> list:
+    """[interpreter, flags...] that the kernel (or sh, for long or spaced paths) runs."""
+    with open(path) as f:
+        first, second = f.readline().rstrip("\n"), f.readline().rstrip("\n")
+    if first == "#!/bin/sh":
+        # '''exec' 'PYTHON' -IS "$0" "$@"
+        parts = second.split("'")
+        return [parts[5]] + parts[6].split()[:1]
+    assert first.startswith("#!"), first
+    py, _, flags = first[2:].partition(" ")
+    return [py] + ([flags] if flags else [])
+
+
+@pytest.fixture(scope="session")
+def launcher():
+    if not os.path.exists(LAUNCHER):
+        pytest.fail(f"{LAUNCHER} is missing: scripts/setup installs it")
+    line = interpreter_line(LAUNCHER)
+    if line[1:] != ["-IS"]:
+        pytest.fail(f"{LAUNCHER} is not the launcher (runs {line}; pip's console script?): re-run scripts/setup")
+    return LAUNCHER
+
+
+def _same(a, b):
+    return (a.rc, a.out, a.err) == (b.rc, b.out, b.err)
+
+
+@pytest.mark.parametrize("args", [[], ["--version"], ["help"], ["no-such-command"], ["exec", "--help"],
+                                  ["exec"], ["compile", "--check"]])
+def test_launcher_answers_as_the_module(launcher, tmp_path, home, args):
+    # A policy with an error: compile takes the cold path (YAML, Lark) through the
+    # launcher's sys.path, and its diagnostic and status must be the module's.
+    (tmp_path / "sandbox.policy.yaml").write_text("sbxc: 1\nnetwork: maybe\n")
+    env = base_env(home)
+    via_launcher = run([launcher, *args], env=env, cwd=str(tmp_path))
+    via_module = run(sbxc_argv(*args), env=env, cwd=str(tmp_path))
+    assert _same(via_launcher, via_module), (via_launcher, via_module)
+    if args == ["compile", "--check"]:
+        assert via_launcher.rc == 1 and "sandbox.policy.yaml:2:" in via_launcher.out + via_launcher.err
+
+
+def _landlock_abi() -> int:
+    from sbxc.runtime.probe import landlock_abi
+
+    return landlock_abi()
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_exec_through_launcher_is_sandboxed(launcher, bwrap_works, project, home, tmp_path, tcp_server, backend):
+    if backend == "landlock" and _landlock_abi() < 6:
+        pytest.skip(f"Landlock ABI {_landlock_abi()} here; the builtin profile needs 6")
+    os.chmod(tmp_path, 0o755)  # Landlock runs need every user to reach the fake home
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write(POLICY)
+    probe = (f'cat > {project}/got; echo to-stdout; echo to-stderr >&2; cat {home}/.ssh/id_rsa;'
+             f' echo x > {home}/planted && echo home-writable;'
+             f' {SANDBOX_PYTHON} -c "import socket; socket.create_connection((\'127.0.0.1\', {tcp_server.port}), 2)"'
+             f' 2>/dev/null && echo host-loopback-reached; exit 7')
+    argv = [launcher, "exec", "--backend", backend, "--", "sh", "-c", probe]
+    p = subprocess.run(argv, input=b"from stdin\n", capture_output=True, env=base_env(home), cwd=project, timeout=60)
+    out, err = p.stdout.decode(), p.stderr.decode()
+    assert p.returncode == 7, (p.returncode, out, err)
+    assert open(os.path.join(project, "got")).read() == "from stdin\n"
+    assert "to-stdout" in out and "to-stderr" in err, (out, err)
+    assert "PRIVATE KEY" not in out + err and "home-writable" not in out, (out, err)
+    assert not os.path.exists(os.path.join(home, "planted"))
+    assert "host-loopback-reached" not in out and tcp_server.hits == 0, (out, err)
+    # Control: the same probe unsandboxed reads the key, writes the home, reaches the server.
+    c = subprocess.run(["sh", "-c", probe], input=b"from stdin\n", capture_output=True, cwd=project, timeout=60)
+    assert b"PRIVATE KEY" in c.stdout and b"home-writable" in c.stdout, c
+    assert b"host-loopback-reached" in c.stdout, c
+    os.unlink(os.path.join(home, "planted"))
+
+    # A signal's death is reported as a shell reports it, as with the module.
+    r = run([launcher, "exec", "--backend", backend, "--", "sh", "-c", "kill -TERM $$"], env=base_env(home), cwd=project)
+    assert r.rc == 128 + 15, r
+
+
+def test_cached_exec_through_launcher_imports_little(launcher, bwrap_works, project, home):
+    """What the file's own #! line runs, with -X importtime added: a cached run loads
+    neither site (no .pth files, no sitecustomize) nor re, json, yaml, lark or pyseccomp."""
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write(POLICY)
+    env = base_env(home)
+    first = run([launcher, "exec", "--", "/bin/true"], env=env, cwd=project)  # compiles and caches the plan
+    assert first.rc == 0, first
+    line = interpreter_line(launcher)
+    r = run([line[0], *line[1:], "-X", "importtime", launcher, "exec", "--", "/bin/true"], env=env, cwd=project)
+    assert r.rc == 0, r
+    loaded = {ln.split("|")[-1].strip() for ln in r.err.splitlines() if ln.startswith("import time:")}
+    assert "sbxc.runtime.launch" in loaded, r.err[-2000:]  # the timing lines are there to read
+    tops = {m.split(".")[0] for m in loaded}
+    for heavy in ("site", "sitecustomize", "re", "json", "yaml", "lark", "pyseccomp", "enum", "subprocess"):
+        assert heavy not in tops, (heavy, sorted(loaded))
+
+
+def test_python_variables_cannot_choose_sbxc_code(launcher, tmp_path, home):
+    """sbxc runs outside the sandbox: a PYTHONPATH entry (say, a project folder that
+    sandboxed commands write) must not be able to put its own sbxc in place of the real one."""
+    evil = tmp_path / "evil"
+    (evil / "sbxc").mkdir(parents=True)
+    marker = tmp_path / "evil-ran"
+    (evil / "sbxc" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    env = base_env(home, {"PYTHONPATH": str(evil), "PYTHONSTARTUP": str(evil / "sbxc" / "__init__.py"),
+                          "PYTHONINSPECT": None})
+    r = run([launcher, "--version"], env=env, cwd=str(tmp_path))
+    assert r.rc == 0 and r.out.startswith("sbxc "), r
+    assert not marker.exists()
+    # Control: the interpreter run without -I takes the planted package.
+    c = run([PYTHON, "-m", "sbxc", "--version"], env=env, cwd=str(tmp_path))
+    assert marker.exists(), c
