@@ -8,17 +8,18 @@ import sys
 
 import pytest
 
+from sbxc.commands import exec as exec_cmd
 from sbxc.runtime import errors, launch
 from sbxc.runtime.errors import Refusal
 
 
 def test_parse_args_command_after_dashdash_is_untouched():
-    a = launch.parse_args(["--policy", "p.yaml", "--network=false", "--", "--bind", "/", "/x"])
+    a = exec_cmd.parse_args(["--policy", "p.yaml", "--network=false", "--", "--bind", "/", "/x"])
     assert a.policy == "p.yaml" and a.network == "off" and a.cmd == ["--bind", "/", "/x"]
-    a = launch.parse_args(["--plan=f.json", "--backend", "bwrap", "echo", "--network"])
+    a = exec_cmd.parse_args(["--plan=f.json", "--backend", "bwrap", "echo", "--network"])
     assert a.plan == "f.json" and a.backend == "bwrap" and a.cmd == ["echo", "--network"] and a.network is None
-    assert launch.parse_args(["--network", "--", "x"]).network == "on"
-    assert launch.parse_args(["--network=TRUE", "--", "x"]).network == "on"
+    assert exec_cmd.parse_args(["--network", "--", "x"]).network == "on"
+    assert exec_cmd.parse_args(["--network=TRUE", "--", "x"]).network == "on"
 
 
 @pytest.mark.parametrize("argv", [
@@ -27,7 +28,7 @@ def test_parse_args_command_after_dashdash_is_untouched():
 ])
 def test_parse_args_refusals(argv):
     with pytest.raises(Refusal):
-        launch.parse_args(argv)
+        exec_cmd.parse_args(argv)
 
 
 @pytest.mark.parametrize("pat,name,ok", [
@@ -112,7 +113,7 @@ def test_hint_is_a_constant_line():
 
 
 def test_exec_hot_path_imports():
-    code = ("import sys, sbxc.cli, sbxc.runtime.launch, sbxc.runtime.plancache, sbxc.runtime.bwrap_run, "
+    code = ("import sys, sbxc.cli, sbxc.commands.exec, sbxc.runtime.launch, sbxc.runtime.plancache, sbxc.runtime.bwrap_run, "
             "sbxc.runtime.cachedir, sbxc.runtime.errors\n"
             "bad = [m for m in ('re', 'json', 'argparse', 'subprocess', 'dataclasses', 'fnmatch', 'yaml', 'lark', "
             "'pyseccomp', 'hashlib', 'enum', 'signal') if m in sys.modules]\nprint(','.join(bad))")

@@ -21,7 +21,7 @@ Per-session workspaces (`sbxc session`, `exec --session`) are not part of this v
 
 # command name -> (module, function); each function takes the remaining argv, returns the exit code
 COMMANDS = {
-    "exec": ("sbxc.runtime.launch", "exec_entry"),  # exec_main, then os._exit (no teardown)
+    "exec": ("sbxc.commands.exec", "exec_entry"),  # exec_main, then os._exit (no teardown)
     "compile": ("sbxc.commands.compile", "main"),
     "print-config": ("sbxc.commands.print_config", "main"),
     "schema": ("sbxc.commands.schema", "main"),

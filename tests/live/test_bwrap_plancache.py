@@ -18,7 +18,7 @@ HEAVY = ("yaml", "lark", "pyseccomp", "re", "json", "argparse", "subprocess", "d
 
 _PROBE = r"""
 import sys
-from sbxc.runtime.launch import exec_main
+from sbxc.commands.exec import exec_main
 rc = exec_main(sys.argv[1:])
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY_TOP} or m in {HEAVY})
 sys.stdout.write("RC=%d HEAVY=%s\n" % (rc, ",".join(heavy)))

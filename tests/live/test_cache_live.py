@@ -256,14 +256,14 @@ def test_cache_variables_reach_only_the_sandboxed_command(ws, backend):
 def test_sbxc_own_environment_has_no_cache_variables(ws, backend, monkeypatch, capfd):
     """exec_main in this very process: afterwards our environment is unchanged, while the
     command it ran had the variables."""
-    from sbxc.runtime import launch
+    from sbxc.commands.exec import exec_main
 
     proj = ws.project("proj")
     for v in CACHE_VARS:
         monkeypatch.delenv(v, raising=False)
     monkeypatch.chdir(proj)
     before = dict(os.environ)
-    status = launch.exec_main(["--backend", backend, "--", "/bin/sh", "-c", "env > inside.env"])
+    status = exec_main(["--backend", backend, "--", "/bin/sh", "-c", "env > inside.env"])
     capfd.readouterr()
     assert status == 0
     assert dict(os.environ) == before

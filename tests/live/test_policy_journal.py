@@ -137,7 +137,8 @@ from sbxc.runtime import launch
 def fails(_watch):
     raise MemoryError("out of memory")
 launch.note_policy_changes = fails  # the post-run check fails as it would under a lowered RLIMIT_AS
-sys.exit(launch.exec_main(sys.argv[1:]))
+from sbxc.commands.exec import exec_main
+sys.exit(exec_main(sys.argv[1:]))
 """
 
 

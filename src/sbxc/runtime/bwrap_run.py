@@ -1,4 +1,4 @@
-"""Runner for the bwrap backend (see the runner protocol in ``sbxc.runtime.launch``).
+"""Runner for the bwrap backend (see the runner protocol in ``sbxc.runtime.spec``).
 
 Knowing whether bwrap failed or the command did: bwrap exits 1 for its own failures, as a
 command may, and the command's stderr can hold any text, bwrap's messages included. So
@@ -27,7 +27,7 @@ import os
 import sys
 
 from .errors import Refusal, bwrap_failure
-from .launch import LaunchSpec
+from .spec import LaunchSpec
 from .probe import host_program
 
 EMPTY_FD = "@fd:empty"  # same as sbxc.backends.bwrap.EMPTY_FD (not imported: hot path)

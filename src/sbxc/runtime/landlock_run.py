@@ -1,5 +1,5 @@
 """The Landlock runner: the command confines its own process, then execs (runtime protocol
-in ``sbxc.runtime.launch``).
+in ``sbxc.runtime.spec``).
 
 ``prepare`` runs in sbxc's process: checks the kernel's ABI against the plan, makes the
 per-run folders that stand in for ``tmpfs`` rules (locked while the run lasts; those of
@@ -389,7 +389,7 @@ def _remove_tree(path: str) -> None:
 
 
 def prepare(planfile: dict, cmd: list, env: dict, ctx):
-    from .launch import LaunchSpec
+    from .spec import LaunchSpec
 
     low = planfile["lowered"]
     if low.get("network") != ctx.network:

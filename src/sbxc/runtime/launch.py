@@ -6,56 +6,8 @@ plan cache). No ``re``, ``json`` (except for ``--plan`` on a marshal-cache miss)
 ``argparse``, ``subprocess``, ``dataclasses``, ``fnmatch``: each costs milliseconds on
 every run (see bench/README.md).
 
-The runner protocol
--------------------
-Each backend has a module ``sbxc.runtime.<name>_run`` (``bwrap_run``, ``landlock_run``,
-``sbpl_run``) with one function::
-
-    prepare(planfile: dict, cmd: list[str], env: dict[str, str], ctx: Context) -> LaunchSpec
-
-``planfile`` is the loaded plan (sbxc.planfile layout); ``cmd`` the command and its
-arguments exactly as the user gave them; ``env`` the command's environment, already
-filtered (env.pass globs, cache variables, env.set); ``ctx`` the run's facts (below).
-It raises ``sbxc.runtime.errors.Refusal`` for anything that stops the run (exit 125).
-It must not start any process; ``exec_main`` forks once and execs ``spec.argv``.
-
-``LaunchSpec`` (defined here) carries:
-
-- ``argv``: what to execve, ``argv[0]`` an absolute path (``bwrap``, or the command
-  itself for a runner that confines its own process).
-- ``env``: the environment for that execve. For bwrap it is the command's own, so that
-  bwrap's process (pid 1 inside) carries no secret of the caller.
-- ``pass_fds``: descriptors that stay open across the exec; every other descriptor the
-  caller left open is closed in the child before the exec.
-- ``child_setup``: ``None`` or a callable run in the forked child just before the exec
-  (e.g. Landlock's restrict_self, loading BPF). Raising ``Refusal`` there ends the child
-  with 125 and the refusal line; the command never starts.
-- ``exec_is_command``: True when ``argv[0]`` is the user's command (exec failures become
-  126/127 as in a shell); False when it is the sandbox tool (exec failure: 125).
-- ``started``: ``None`` or a callable telling whether the sandbox has finished its set-up
-  (bwrap: it has consumed the seccomp pipe). Until then stderr is held back, so bwrap's own
-  error message is not shown raw but as one ``sbxc:`` line.
-- ``setup_failed``: ``None`` or ``(status, early_stderr: str) -> Refusal | None``, asked
-  after the child ended: a Refusal when the sandbox failed before the command ran.
-- ``command_status``: ``None`` or ``(status, first_stderr: bytes) -> int`` to map a
-  launcher's "could not exec the command" to 126/127 (bwrap exits 1 for that).
-- ``cleanups``: callables run after the child ended (in reverse order), also on failure.
-- ``after_exit``: ``None`` or a callable run once the child has ended and been waited
-  for, before the cleanups and before the post-run policy check, also on failure: a
-  runner without a PID namespace ends the processes the command left behind there
-  (Landlock), so none of them can still write to what those look at.
-- ``own_pgrp``: True to put the child in a process group of its own (before
-  ``child_setup``), so the terminal's Ctrl-C reaches sbxc only and sbxc decides where it
-  goes. Leave False when ``child_setup`` calls ``setsid`` (a group leader cannot).
-- ``signal_target``: ``None`` or a callable returning the process group that forwarded
-  signals should go to (the command's, inside the sandbox), or ``None`` when not known
-  yet; signals then go to the child process itself.
-
-``Context`` carries ``project``, ``cwd``, ``uid``, ``is_root``, ``network`` (``on``/``off``/
-``rules``, after flags), ``cache`` (the cachedir ``CacheSetup`` or None), ``plans_dir``
-(the plan cache folder that no sandbox may write; hide or deny it), ``warn(line)``,
-``environ`` (the caller's environment: for finding the sandbox tool, never for the
-command). docs/runtime.md has the same protocol as a table.
+The runner protocol (``prepare(planfile, cmd, env, ctx) -> LaunchSpec``) and the types it
+uses are in ``sbxc.runtime.spec``; docs/runtime.md has it as a table.
 """
 from __future__ import annotations
 
@@ -63,8 +15,7 @@ import os
 import sys
 
 from .errors import REFUSED, Refusal, one_line
-
-USAGE = "usage: sbxc exec [--policy P | --plan F] [--backend B] [--network[=true|false]] -- CMD..."
+from .spec import Context, LaunchSpec, RunState  # noqa: F401 (LaunchSpec: the runners' type)
 
 RUNNERS = {
     "bwrap": "sbxc.runtime.bwrap_run",
@@ -93,102 +44,6 @@ _OVERLAP = max(len(p) for p in NETWORK_PATTERNS) - 1
 # SIGWINCH too: the command has no controlling terminal under bwrap (new session), so a
 # resize of the caller's terminal reaches it only this way.
 _FORWARD = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH")
-
-
-class HelpAsked(Exception):
-    """``exec --help`` (before ``--``): print the usage and exit 0."""
-
-
-class LaunchSpec:
-    __slots__ = ("argv", "env", "pass_fds", "child_setup", "exec_is_command", "started",
-                 "setup_failed", "command_status", "cleanups", "own_pgrp", "signal_target", "after_exit")
-
-    def __init__(self, argv, env, pass_fds=(), child_setup=None, exec_is_command=False,
-                 started=None, setup_failed=None, command_status=None, cleanups=None,
-                 own_pgrp=False, signal_target=None, after_exit=None):
-        self.argv = list(argv)
-        self.env = env
-        self.pass_fds = tuple(pass_fds)
-        self.child_setup = child_setup
-        self.exec_is_command = exec_is_command
-        self.started = started
-        self.setup_failed = setup_failed
-        self.command_status = command_status
-        self.cleanups = list(cleanups or ())
-        self.own_pgrp = own_pgrp
-        self.signal_target = signal_target
-        self.after_exit = after_exit
-
-
-class Context:
-    __slots__ = ("project", "cwd", "uid", "is_root", "network", "cache", "plans_dir", "warn", "environ")
-
-    def __init__(self, **kw):
-        for k in self.__slots__:
-            setattr(self, k, kw.get(k))
-
-
-# ------------------------------------------------------------------ argument parsing
-
-class Args:
-    __slots__ = ("policy", "plan", "backend", "network", "session", "cmd")
-
-    def __init__(self):
-        self.policy = None
-        self.plan = None
-        self.backend = None
-        self.network = None  # None: the plan decides; "on" / "off": the flag wins
-        self.session = None
-        self.cmd = []
-
-
-def _bool_flag(value: str, name: str) -> str:
-    v = value.lower()
-    if v in ("true", "1", "yes", "on"):
-        return "on"
-    if v in ("false", "0", "no", "off"):
-        return "off"
-    raise Refusal(f"{name}={value!r} is not true or false", f"use {name}=true or {name}=false")
-
-
-def parse_args(argv: list) -> Args:
-    a = Args()
-    i = 0
-    n = len(argv)
-    while i < n:
-        arg = argv[i]
-        if arg == "--":
-            a.cmd = argv[i + 1:]
-            break
-        if not arg.startswith("-") or arg == "-":
-            a.cmd = argv[i:]  # the command starts at the first word that is not an option
-            break
-        name, eq, value = arg.partition("=")
-        if name in ("--policy", "--plan", "--backend", "--session"):
-            if not eq:
-                if i + 1 >= n:
-                    raise Refusal(f"{name} needs a value", USAGE)
-                i += 1
-                value = argv[i]
-            setattr(a, name[2:], value)
-        elif name == "--network":
-            a.network = _bool_flag(value, "--network") if eq else "on"
-        elif name == "--no-network":
-            a.network = "off"
-        elif name in ("-h", "--help"):
-            raise HelpAsked()
-        else:
-            raise Refusal(f"unknown option {one_line(arg, 60)!r} for exec", USAGE)
-        i += 1
-    if a.policy is not None and a.plan is not None:
-        raise Refusal("--policy and --plan were both given", "give one of them")
-    if a.backend is not None and a.backend not in BACKEND_CHOICES:
-        raise Refusal(f"unknown backend {one_line(a.backend, 60)!r}", "use one of: " + ", ".join(BACKEND_CHOICES))
-    if a.session is not None:
-        raise Refusal("--session is not available in this version", "run without --session")
-    if not a.cmd:
-        raise Refusal("no command given", USAGE)
-    return a
 
 
 # ------------------------------------------------------------------ host and path checks
@@ -644,15 +499,17 @@ def check_plan_location(real: str, cwd: str) -> None:
                           _PLAN_FIX)
 
 
-def _load_plan(a: Args, environ, cwd: str, warn) -> dict:
+def load_plan(policy, plan, backend, network, environ, cwd: str, warn, compile) -> dict:
+    """The plan file for this run: ``plan`` (a --plan file, checked where it lies) or the
+    plan cache's for ``policy`` (compiled by ``compile`` on a miss)."""
     from . import plancache
 
-    if a.plan is not None:
+    if plan is not None:
         # A plan the sandbox can rewrite is a plan the previous command chose: it could
         # have granted itself anything for this run. Its contents cannot vouch for that
         # (a rewritten plan lists whatever suits it), so its place is checked first, from
         # the filesystem alone; the plan's own rules are a second opinion below.
-        real = os.path.realpath(os.path.join(cwd, a.plan))
+        real = os.path.realpath(os.path.join(cwd, plan))
         check_plan_location(real, cwd)
         pf = plancache.load_planfile(real)
         project = (pf.get("runtime") or {}).get("project") or ""
@@ -668,117 +525,41 @@ def _load_plan(a: Args, environ, cwd: str, warn) -> dict:
             raise Refusal(f"the plan {one_line(real, 200)} lies where this plan lets commands write, so a "
                           "sandboxed command could have rewritten it",
                           "keep plan files outside the folders the policy makes writable")
-        if a.backend not in (None, "auto") and a.backend != pf.get("backend"):
-            raise Refusal(f"the plan is for {pf.get('backend')}, --backend asks for {a.backend}",
+        if backend not in (None, "auto") and backend != pf.get("backend"):
+            raise Refusal(f"the plan is for {pf.get('backend')}, --backend asks for {backend}",
                           "recompile with --backend, or drop the flag")
         net = pf.get("runtime", {}).get("network")
-        if a.network is not None and a.network != ("on" if net == "on" else "off"):
-            raise Refusal(f"--network={'true' if a.network == 'on' else 'false'} differs from the plan (network {net})",
+        if network is not None and network != ("on" if net == "on" else "off"):
+            raise Refusal(f"--network={'true' if network == 'on' else 'false'} differs from the plan (network {net})",
                           "recompile the plan with that setting, or use --policy")
         return pf
-    return plancache.plan_for_policy(a.policy, a.backend, a.network, environ, cwd, warn)
+    return plancache.plan_for_policy(policy, backend, network, environ, cwd, warn, compile)
 
 
-def exec_entry(argv) -> int:
-    """``sbxc exec`` as a process: ``exec_main``, then leave without the interpreter's
-    teardown (module and object clean-up costs ~3 ms here and has nothing left to do: the
-    command has ended, sbxc's cleanups ran, and no other code is waiting at exit)."""
-    rc = exec_main(argv)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except Exception:
-        pass
-    os._exit(rc)
-
-
-def _fill_std_fds() -> None:
-    """A caller may start sbxc with stdin, stdout or stderr closed. The descriptors sbxc
-    opens would then take those numbers and the command would find a pipe of sbxc's as
-    its stdout. /dev/null takes their place instead."""
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            got = os.open("/dev/null", os.O_RDWR)
-            if got != fd:
-                os.dup2(got, fd)  # dup2 makes fd inheritable
-                os.close(got)
-            else:
-                os.set_inheritable(fd, True)  # os.open's descriptors are close-on-exec
-
-
-def exec_main(argv) -> int:
-    environ = os.environ
-    _fill_std_fds()
-    state = RunState()
-    try:
-        try:
-            a = parse_args(list(argv))
-        except HelpAsked:
-            sys.stdout.write(USAGE + "\n")
-            return 0
-        try:
-            cwd = os.getcwd()
-        except OSError:
-            raise Refusal("the current folder is gone", "cd to an existing folder") from None
-        warnings = []
-        warn = warnings.append
-        pf = _load_plan(a, environ, cwd, warn)
-        for w in warnings:
-            sys.stderr.write(one_line(w) + "\n")
-        # Policy files usually lie in the project, which the command may write: watch
-        # them, so that a command that rewrote, planted or removed a policy (to loosen the
-        # next run) is named after it ends and that policy refused until accepted. Watched:
-        # the plan's own sources (--policy or discovery) and every discovery candidate
-        # from here up (also for --plan: its command may plant one for a later run).
-        # A plan from the plan cache was re-checked against the filesystem just now (or
-        # compiled just now): only a --plan file still needs it.
-        return launch(pf, a.cmd, environ, cwd, watch=policy_watch(pf.get("sources") if a.plan is None else (), cwd),
-                      paths_checked=a.plan is None, state=state)
-    except Refusal as r:
-        if state.started:
-            # Only a Refusal from before the fork reaches here once started is set (none
-            # is raised after it); say so truthfully all the same.
-            sys.stderr.write(_after_start_line(f"{r.cause}", state) + "\n")
-            return state.status if state.status is not None else REFUSED
-        sys.stderr.write(r.line() + "\n")
-        return REFUSED
-    except BaseException as e:
-        if state.started:
-            # The command was started: saying "before the command started" would be false,
-            # and 125 would pass for sbxc's refusal. The run's record stays (launch never
-            # cleared it), so the next run refuses what this one could have written.
-            try:
-                sys.stderr.write(_after_start_line(f"{type(e).__name__}: {e}", state) + "\n")
-            except BaseException:
-                pass
-            return state.status if state.status is not None else REFUSED
-        if not isinstance(e, Exception):
-            raise
-        # A bug or a malformed plan: still one line and 125, never a traceback with
-        # status 1 that could pass for the command's own failure.
-        sys.stderr.write(Refusal(f"internal error before the command started ({type(e).__name__}: {e})",
-                                 "check the plan file (recompile it); please report this").line() + "\n")
-        return REFUSED
-
-
-class RunState:
-    """What ``exec_main`` must know to report a failure truthfully: whether the command's
-    process was started (forked), and its status once known."""
-
-    __slots__ = ("started", "status")
-
-    def __init__(self):
-        self.started = False
-        self.status = None
+def run_exec(policy, plan, backend, network, cmd: list, environ, cwd: str, compile, state) -> int:
+    """``sbxc exec`` once its command line is read: the plan (``load_plan``), its warnings,
+    the policy watch, then ``launch``. ``compile`` compiles a policy on a plan-cache miss
+    (handed in by the ``exec`` command: the runtime never imports the compiler)."""
+    warnings = []
+    pf = load_plan(policy, plan, backend, network, environ, cwd, warnings.append, compile)
+    for w in warnings:
+        sys.stderr.write(one_line(w) + "\n")
+    # Policy files usually lie in the project, which the command may write: watch
+    # them, so that a command that rewrote, planted or removed a policy (to loosen the
+    # next run) is named after it ends and that policy refused until accepted. Watched:
+    # the plan's own sources (--policy or discovery) and every discovery candidate
+    # from here up (also for --plan: its command may plant one for a later run).
+    # A plan from the plan cache was re-checked against the filesystem just now (or
+    # compiled just now): only a --plan file still needs it.
+    return launch(pf, cmd, environ, cwd, watch=policy_watch(pf.get("sources") if plan is None else (), cwd),
+                  paths_checked=plan is None, state=state)
 
 
 POST_RUN_FIX = ("review the files that command could write (the next sbxc exec refuses the policy files among "
                 "them until you accept them with 'sbxc compile --check PATH')")
 
 
-def _after_start_line(what: str, state) -> str:
+def after_start_line(what: str, state) -> str:
     status = "its exit status is unknown" if state.status is None else f"it exited with status {state.status}"
     return (f"sbxc: warning: the command ran ({status}), but sbxc's checks after it did not complete "
             f"({one_line(what, 300)}); {POST_RUN_FIX}")

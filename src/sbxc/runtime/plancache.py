@@ -13,7 +13,7 @@ from __future__ import annotations
 import marshal
 import os
 
-from .. import __version__
+from ..layout import VERSION
 from .errors import Refusal, one_line
 
 try:  # the builtin module: ``hashlib`` costs ~6 ms of imports (OpenSSL bindings)
@@ -404,10 +404,12 @@ def _which_bwrap(environ) -> str:
     return host_program("bwrap", environ)[0]
 
 
-def _builtin_path(name: str) -> str:
-    import sbxc
+# The installed package's folder (this file is sbxc/runtime/plancache.py).
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-    return os.path.join(os.path.dirname(sbxc.__file__), "policies", name + ".yaml")
+
+def _builtin_path(name: str) -> str:
+    return os.path.join(_PACKAGE_DIR, "policies", name + ".yaml")
 
 
 def _file_sha(path: str) -> str:
@@ -463,9 +465,7 @@ def compiler_stamp() -> str:
     """Size and mtime of every file the compiler is made of: a plan made by other code is
     a miss, even when the version number did not change (a development checkout, an
     upgrade that kept the number). One scandir per folder, no file is read."""
-    import sbxc
-
-    base = os.path.dirname(sbxc.__file__)
+    base = _PACKAGE_DIR
     parts = []
     for sub in ("compiler", "backends", "policies", "grammar", ""):
         d = os.path.join(base, sub) if sub else base
@@ -514,12 +514,15 @@ def userns_facts() -> str:
     return ",".join(parts)
 
 
-def plan_for_policy(policy, backend, network, environ, cwd: str, warn) -> dict:
-    """The plan for ``policy`` (None: discovery) with the flags, from the cache or compiled."""
+def plan_for_policy(policy, backend, network, environ, cwd: str, warn, compile) -> dict:
+    """The plan for ``policy`` (None: discovery) with the flags, from the cache or, on a
+    miss, from ``compile(policy, backend, network, environ, cwd)``, which returns
+    ``{"plan", "sources", "env"}`` or raises a Refusal. The runtime compiles nothing itself:
+    the ``exec`` command hands the compiler in (see docs/architecture.md)."""
     ref = policy_ref(policy, cwd)
     bwrap = _which_bwrap(environ)
     key_src = "\x00".join((
-        __version__, ref, cwd, backend or "", network or "", str(os.getuid()),
+        VERSION, ref, cwd, backend or "", network or "", str(os.getuid()),
         environ.get("HOME", ""), bwrap, os.uname().machine, compiler_stamp(), userns_facts(),
     ))
     name = "p-" + _hex(key_src.encode("utf-8", "surrogateescape"))
@@ -541,7 +544,7 @@ def plan_for_policy(policy, backend, network, environ, cwd: str, warn) -> dict:
             first = ((ref, policy_state(ref)),)
             check_taints(dir_fd, first)
             journal.check_sources(dir_fd, first)
-        entry = compile_entry(policy, backend, network, environ, cwd)
+        entry = dict(compile(policy, backend, network, environ, cwd), v=ENTRY_VERSION)
         if dir_fd >= 0:
             # The digests were just read by the compiler: what the plan is made of. A file
             # a sandboxed run could have written since its last acceptance (the journal)
@@ -555,46 +558,3 @@ def plan_for_policy(policy, backend, network, environ, cwd: str, warn) -> dict:
     finally:
         if dir_fd >= 0:
             os.close(dir_fd)
-
-
-def compile_entry(policy, backend, network, environ, cwd: str) -> dict:
-    """Compile (the slow path: imports the compiler); a Refusal (125) on errors, after the
-    diagnostics were printed."""
-    import json
-    import sys
-
-    from ..commands.build import lower  # moves to the exec command (handed in), see docs/architecture.md
-    from ..compiler.api import compile_policy
-    from ..compiler.diagnostics import ERROR, diag, render_text
-    from ..compiler.report import NOT_ENFORCEABLE
-    from ..planfile import build, dumps
-    from .probe import probe_host
-
-    host = probe_host(environ)
-    overrides = {}
-    if backend:
-        overrides["backend"] = backend
-    if network:
-        overrides["network"] = network == "on"
-    res = compile_policy(policy, cwd=cwd, environ=environ, host=host, overrides=overrides)
-    diags = list(res.diagnostics)
-    lowered = None
-    if res.plan is not None:
-        try:
-            lowered = lower(res.backend, res.plan, host)
-        except ImportError as e:
-            raise Refusal(f"the {res.backend} backend is not part of this sbxc ({e})", "use another backend (sbxc doctor)") from None
-        for v in lowered.verdicts:
-            if v.status == NOT_ENFORCEABLE:
-                diags.append(diag("SBX050", v.span, backend=res.backend, subject=v.subject, why=v.why))
-    errors = [d for d in diags if d.severity == ERROR]
-    if errors or res.plan is None or lowered is None:
-        sys.stderr.write(render_text(errors or diags, res.lines, cwd))
-        raise Refusal(f"the policy {one_line(res.policy, 200)} has errors", "fix them (sbxc compile --check)")
-    pf = json.loads(dumps(build(res.plan, host, res.backend, lowered.data, lowered.verdicts)))
-    return {
-        "v": ENTRY_VERSION,
-        "plan": pf,
-        "sources": [[p, d] for p, d in res.sources],
-        "env": [[k, v] for k, v in res.env_used.items()],
-    }

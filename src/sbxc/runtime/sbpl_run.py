@@ -1,6 +1,6 @@
 """Runner for the sandbox-exec backend (macOS): ``sandbox-exec -f PROFILE -D ... -- CMD``.
 
-Implements the runner protocol of ``sbxc.runtime.launch`` (``prepare`` returns a
+Implements the runner protocol of ``sbxc.runtime.spec`` (``prepare`` returns a
 ``LaunchSpec``; nothing is started here). Hot path: imports ``os`` and the refusal type only.
 
 Fail-closed points:
@@ -96,7 +96,7 @@ def param_args(params, cache_dir, run_tmp: str) -> list[str]:
 
 
 def prepare(planfile: dict, cmd: list, env: dict, ctx):
-    from .launch import LaunchSpec
+    from .spec import LaunchSpec
 
     lowered = planfile.get("lowered") or {}
     refuse = lowered.get("refuse") or []
