@@ -18,6 +18,7 @@ import os
 import sys
 
 from .. import cache as cachemod
+from ..discovery import project_of
 from ..runtime import cachedir
 from ._args import Parser, absolute_path, parse
 
@@ -32,16 +33,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 def find_project(start: str) -> str:
     """The project folder for ``start``: the nearest folder holding sandbox.policy.yaml (its
-    ``project:`` key aside), else ``start`` itself; as a real path."""
-    real = os.path.realpath(start)
-    d = real
-    while True:
-        if os.path.isfile(os.path.join(d, "sandbox.policy.yaml")):
-            return d
-        parent = os.path.dirname(d)
-        if parent == d:
-            return real
-        d = parent
+    ``project:`` key aside), else ``start`` itself; as a real path (``sbxc.discovery``)."""
+    return project_of(start)
 
 
 def policy_cache(project: str) -> tuple[str, str, bool] | None:
