@@ -66,7 +66,7 @@ def main() -> int:
     ap.add_argument("--sbxc", default=os.path.join(os.path.dirname(sys.executable), "sbxc"))
     args = ap.parse_args()
 
-    from sbxc.runtime import bwrap_run, cachedir, launch, plancache, spec
+    from sbxc.runtime import bwrap_run, cachedir, launch, planload, planstore, spec
 
     work = tempfile.mkdtemp(prefix="sbxc-bench-")
     try:
@@ -82,14 +82,14 @@ def main() -> int:
             return 1
 
         # The exact bwrap command line sbxc builds (fresh descriptors for every run).
-        pf = plancache.load_planfile(plan_path)
+        pf = planload.load_planfile(plan_path)
         rt = pf["runtime"]
 
         def raw_spec():
             cache = cachedir.prepare(rt["cache"], project=rt["project"])
             cmd_env = launch.build_env(rt, env, cache.env)
             ctx = spec.Context(project=rt["project"], cwd=project, uid=os.getuid(), is_root=os.geteuid() == 0,
-                                 network=rt["network"], cache=cache, plans_dir=plancache.plans_dir(),
+                                 network=rt["network"], cache=cache, plans_dir=planstore.plans_dir(),
                                  warn=print, environ=env)
             return bwrap_run.prepare(pf, [args.cmd], cmd_env, ctx)
 

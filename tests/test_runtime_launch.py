@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from sbxc.commands import exec as exec_cmd
-from sbxc.runtime import errors, launch
+from sbxc.runtime import errors, launch, planload, staleness, supervise
 from sbxc.runtime.errors import Refusal
 
 
@@ -73,31 +73,31 @@ def test_recheck_paths(tmp_path):
     d.mkdir()
     f = tmp_path / "f"
     f.write_text("x")
-    launch.recheck_paths([[str(d), "dir", "read"], [str(f), "file", "mask"]])
+    staleness.recheck_paths([[str(d), "dir", "read"], [str(f), "file", "mask"]])
     with pytest.raises(Refusal, match="now a file"):
-        launch.recheck_paths([[str(f), "dir", "read"]])
+        staleness.recheck_paths([[str(f), "dir", "read"]])
     with pytest.raises(Refusal, match="no longer exists"):
-        launch.recheck_paths([[str(tmp_path / "gone"), "dir", "read"]])
+        staleness.recheck_paths([[str(tmp_path / "gone"), "dir", "read"]])
     link = tmp_path / "link"
     link.symlink_to(d)
     with pytest.raises(Refusal, match="symlink"):
-        launch.recheck_paths([[str(link), "dir", "read"]])
+        staleness.recheck_paths([[str(link), "dir", "read"]])
     (d / "sub").mkdir()
     real = tmp_path / "real"
     d.rename(real)
     (tmp_path / "d").symlink_to(real)
     with pytest.raises(Refusal, match="on the way"):
-        launch.recheck_paths([[str(tmp_path / "d" / "sub"), "dir", "read"]])
+        staleness.recheck_paths([[str(tmp_path / "d" / "sub"), "dir", "read"]])
 
 
 def test_host_mismatch():
     env = {"HOME": "/home/x"}
     u = os.uname()
     facts = {"platform": "linux" if u.sysname == "Linux" else "darwin", "arch": u.machine, "uid": os.getuid(), "home": "/home/x"}
-    assert launch.host_mismatch(facts, env) == ""
-    assert "uid" in launch.host_mismatch(dict(facts, uid=os.getuid() + 1), env)
-    assert "home" in launch.host_mismatch(dict(facts, home="/elsewhere"), env)
-    assert launch.host_mismatch(dict(facts, arch="sparc"), env)
+    assert staleness.host_mismatch(facts, env) == ""
+    assert "uid" in staleness.host_mismatch(dict(facts, uid=os.getuid() + 1), env)
+    assert "home" in staleness.host_mismatch(dict(facts, home="/elsewhere"), env)
+    assert staleness.host_mismatch(dict(facts, arch="sparc"), env)
 
 
 def test_launch_refuses_sandbox_exec_on_linux(capsys):
@@ -108,13 +108,14 @@ def test_launch_refuses_sandbox_exec_on_linux(capsys):
 
 
 def test_hint_is_a_constant_line():
-    assert launch.NETWORK_HINT.endswith("\n") and launch.NETWORK_HINT.count("\n") == 1
-    assert all(p == p.lower() for p in launch.NETWORK_PATTERNS)
+    assert supervise.NETWORK_HINT.endswith("\n") and supervise.NETWORK_HINT.count("\n") == 1
+    assert all(p == p.lower() for p in supervise.NETWORK_PATTERNS)
 
 
 def test_exec_hot_path_imports():
     code = ("import sys, sbxc.cli, sbxc.commands.exec, sbxc.runtime.launch, sbxc.runtime.plancache, sbxc.runtime.bwrap_run, "
-            "sbxc.runtime.cachedir, sbxc.runtime.errors\n"
+            "sbxc.runtime.cachedir, sbxc.runtime.errors, sbxc.runtime.landlock_run, sbxc.runtime.supervise, "
+            "sbxc.runtime.staleness, sbxc.runtime.taints, sbxc.runtime.planload, sbxc.discovery\n"
             "bad = [m for m in ('re', 'json', 'argparse', 'subprocess', 'dataclasses', 'fnmatch', 'yaml', 'lark', "
             "'pyseccomp', 'hashlib', 'enum', 'signal') if m in sys.modules]\nprint(','.join(bad))")
     p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,
@@ -135,24 +136,24 @@ def _plan_at(folder, mode=0o644):
 
 def test_plan_location_ok_outside_the_current_folder(tmp_path):
     plan = _plan_at(tmp_path / "plans")
-    launch.check_plan_location(os.path.realpath(plan), str(tmp_path / "project"))
+    planload.check_plan_location(os.path.realpath(plan), str(tmp_path / "project"))
 
 
 def test_plan_location_refusals(tmp_path):
     real = os.path.realpath
     with pytest.raises(Refusal, match="current folder's tree"):
-        launch.check_plan_location(real(_plan_at(tmp_path / "proj" / "sub")), real(str(tmp_path / "proj")))
+        planload.check_plan_location(real(_plan_at(tmp_path / "proj" / "sub")), real(str(tmp_path / "proj")))
     with pytest.raises(Refusal, match="writable by others"):
-        launch.check_plan_location(real(_plan_at(tmp_path / "gw", 0o664)), "/nonexistent")
+        planload.check_plan_location(real(_plan_at(tmp_path / "gw", 0o664)), "/nonexistent")
     shared = tmp_path / "shared"
     plan = _plan_at(shared)
     os.chmod(shared, 0o777)  # writable by others, not sticky: anyone could swap the file
     with pytest.raises(Refusal, match="writable by others and not sticky"):
-        launch.check_plan_location(real(plan), "/nonexistent")
+        planload.check_plan_location(real(plan), "/nonexistent")
     os.chmod(shared, 0o1777)  # sticky: the caller's own file in it is fine
-    launch.check_plan_location(real(plan), "/nonexistent")
+    planload.check_plan_location(real(plan), "/nonexistent")
     with pytest.raises(Refusal, match="not a plan file"):
-        launch.check_plan_location(real(str(tmp_path)), "/nonexistent")
+        planload.check_plan_location(real(str(tmp_path)), "/nonexistent")
 
 
 @pytest.mark.root_only  # giving a file to another user
@@ -160,8 +161,8 @@ def test_plan_location_other_owner(tmp_path):
     plan = _plan_at(tmp_path / "theirs")
     os.chown(plan, 65534, 65534)
     with pytest.raises(Refusal, match="owned by uid 65534"):
-        launch.check_plan_location(os.path.realpath(plan), "/nonexistent")
+        planload.check_plan_location(os.path.realpath(plan), "/nonexistent")
     os.chown(plan, 0, 0)
     os.chown(tmp_path / "theirs", 65534, 65534)
     with pytest.raises(Refusal, match="on the way to the plan"):
-        launch.check_plan_location(os.path.realpath(plan), "/nonexistent")
+        planload.check_plan_location(os.path.realpath(plan), "/nonexistent")

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import SANDBOX_PYTHON, base_env, run, sbxc_argv
 from sbxc import cache
-from sbxc.runtime import cachedir, probe
+from sbxc.runtime import cachedir, probe, safeopen
 
 pytestmark = pytest.mark.live
 
@@ -85,7 +85,7 @@ def default_root_files():
     other = f"hardening-test-{tag}"
     made = []
     try:
-        plans_fd, _ = cachedir._open_or_make(root_fd, "plans", "plans", root + "/plans", UID, True)
+        plans_fd, _ = safeopen.open_owned(root_fd, "plans", "plans", root + "/plans", UID, True)
         os.close(plans_fd)
         os.mkdir(other, 0o700, dir_fd=root_fd)
         made.append(other)

@@ -11,6 +11,7 @@ import sys
 
 from ..compiler.diagnostics import Diagnostic, diag, dumps_json, has_errors, render_json, render_text
 from ..compiler.report import NOT_ENFORCEABLE, PARTIAL, render_report_text, report_json
+from ..layout import BACKEND_CHOICES
 from .build import lower_all
 
 
@@ -21,7 +22,7 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="sbxc compile", description="Check a policy and compile it to a plan.")
     p.add_argument("policy", nargs="?", help="policy file (default: sandbox.policy.yaml here or in a parent)")
     p.add_argument("--check", action="store_true", help="print diagnostics and the enforcement report")
-    p.add_argument("--backend", choices=("auto", "bwrap", "landlock", "sandbox-exec"))
+    p.add_argument("--backend", choices=BACKEND_CHOICES)
     p.add_argument("--network", nargs="?", const="true", choices=("true", "false"))
     p.add_argument("--strict", action="store_true", help="treat partial enforcement as an error")
     p.add_argument("--format", choices=("text", "json"), default="text")
@@ -95,8 +96,8 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
         # A file the run journal holds as possibly written by a sandboxed run is recorded
         # as accepted in its present state (sha256, and inode and ctime of it and of the
         # links on the way), so a later change voids the acceptance.
-        from ..runtime import journal
-        from ..runtime.plancache import accept_policies
+        from ..runtime import journal_check as journal
+        from ..runtime.taints import accept_policies
 
         accepted = accept_policies(result.sources, cwd if args.policy is None else "", result.policy)
         in_journal, closed = journal.accept(result.sources)

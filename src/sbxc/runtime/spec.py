@@ -50,7 +50,9 @@ It must not start any process; the core (``sbxc.runtime.launch``) forks once and
 ``rules``, after flags), ``cache`` (the cachedir ``CacheSetup`` or None), ``plans_dir``
 (the plan cache folder that no sandbox may write; hide or deny it), ``warn(line)``,
 ``environ`` (the caller's environment: for finding the sandbox tool, never for the
-command). docs/runtime.md has the same protocol as a table.
+command), ``host`` (the run's ``staleness.HostNow``: the trusted bwrap, the Landlock ABI,
+read once; ``None`` outside the core, e.g. in a benchmark: the runner reads them then).
+docs/runtime.md has the same protocol as a table.
 """
 from __future__ import annotations
 
@@ -77,7 +79,7 @@ class LaunchSpec:
 
 
 class Context:
-    __slots__ = ("project", "cwd", "uid", "is_root", "network", "cache", "plans_dir", "warn", "environ")
+    __slots__ = ("project", "cwd", "uid", "is_root", "network", "cache", "plans_dir", "warn", "environ", "host")
 
     def __init__(self, **kw):
         for k in self.__slots__:
