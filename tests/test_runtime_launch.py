@@ -166,3 +166,20 @@ def test_plan_location_other_owner(tmp_path):
     os.chown(tmp_path / "theirs", 65534, 65534)
     with pytest.raises(Refusal, match="on the way to the plan"):
         planload.check_plan_location(os.path.realpath(plan), "/nonexistent")
+
+
+def test_recheck_paths_folders_checked_once_still_see_every_link(tmp_path):
+    """The folders on the way are looked at once per check for all rules: a link deeper on
+    the way of a later rule, below folders an earlier rule passed, is still found; and a
+    refusal names the rule of the path it is about."""
+    (tmp_path / "a" / "ok").mkdir(parents=True)
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "a" / "b").symlink_to(tmp_path / "real")
+    ok = [str(tmp_path / "a" / "ok"), "dir", "read", "/p/sandbox.policy.yaml:5:7", "/x/ok"]
+    bad = [str(tmp_path / "a" / "b" / "sub"), "dir", "write", "/p/sandbox.policy.yaml:6:9", "{project}/b/sub"]
+    staleness.recheck_paths([ok])
+    with pytest.raises(Refusal) as e:
+        staleness.recheck_paths([ok, bad], "/p")
+    assert "on the way to" in e.value.cause and 'rule sandbox.policy.yaml:6:9 "write {project}/b/sub"' in e.value.cause
+    # control: resolved one by one, as realpath does, the answer is the same
+    assert os.path.realpath(bad[0]) != bad[0] and os.path.realpath(ok[0]) == ok[0]
