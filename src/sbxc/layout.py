@@ -16,6 +16,10 @@ DEFAULT_POLICY = "builtin:default"
 """What applies when discovery finds no policy file."""
 BUILTIN_PREFIX = "builtin:"
 
+INTERNAL_ERROR = 3
+"""Exit status of a command other than ``exec`` when sbxc itself broke (a bug), as opposed to
+1 for a policy with errors (docs/decisions.md)."""
+
 BACKENDS = ("bwrap", "landlock", "sandbox-exec")
 """Every backend, in the order reports list them."""
 BACKEND_CHOICES = ("auto",) + BACKENDS

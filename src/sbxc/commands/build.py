@@ -24,6 +24,9 @@ class BackendReport:
     unavailable: str = ""
     lowered: object = None
     """The backend's ``Lowered`` (for writing the plan without lowering twice)."""
+    internal: bool = False
+    """``unavailable`` is a bug of sbxc's (the backend raised), not something of this build
+    or of the policy: the command reports it as an internal error (exit 3)."""
 
 
 def with_listings(backend: str, plan, host, lister=None):
@@ -55,10 +58,10 @@ def lower_all(plan, host, names, lister=None) -> list[BackendReport]:
             if e.name == backends.module_name(name):
                 out.append(BackendReport(name, unavailable=f"backend module {e.name} is not part of this build"))
                 continue
-            out.append(BackendReport(name, unavailable=f"internal error: {type(e).__name__}: {e}"))
+            out.append(BackendReport(name, unavailable=f"internal error: {type(e).__name__}: {e}", internal=True))
             continue
         except Exception as e:  # a backend bug must not hide the other backends' reports
-            out.append(BackendReport(name, unavailable=f"internal error: {type(e).__name__}: {e}"))
+            out.append(BackendReport(name, unavailable=f"internal error: {type(e).__name__}: {e}", internal=True))
             continue
         out.append(BackendReport(name, tuple(lowered.verdicts), lowered=lowered))
     return out
