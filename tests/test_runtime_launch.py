@@ -115,7 +115,7 @@ def test_hint_is_a_constant_line():
 def test_exec_hot_path_imports():
     code = ("import sys, sbxc.cli, sbxc.commands.exec, sbxc.runtime.launch, sbxc.runtime.plancache, sbxc.runtime.bwrap_run, "
             "sbxc.runtime.cachedir, sbxc.runtime.errors, sbxc.runtime.landlock_run, sbxc.runtime.supervise, "
-            "sbxc.runtime.staleness, sbxc.runtime.taints, sbxc.runtime.planload, sbxc.discovery\n"
+            "sbxc.runtime.staleness, sbxc.runtime.planstore, sbxc.runtime.planload, sbxc.discovery\n"
             "bad = [m for m in ('re', 'json', 'argparse', 'subprocess', 'dataclasses', 'fnmatch', 'yaml', 'lark', "
             "'pyseccomp', 'hashlib', 'enum', 'signal') if m in sys.modules]\nprint(','.join(bad))")
     p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,

@@ -5,7 +5,7 @@ import os
 import stat
 
 from sbxc import discovery
-from sbxc.runtime import plancache, planstore, taints
+from sbxc.runtime import plancache, planstore
 
 
 def test_entries_round_trip_and_are_private(tmp_path):
@@ -66,10 +66,10 @@ def test_candidates_and_policy_state(tmp_path):
     assert discovery.candidates("/a/b", "/a/sandbox.policy.yaml") == ["/a/b/sandbox.policy.yaml"]
     assert discovery.candidates("/") == ["/sandbox.policy.yaml"]
     f = tmp_path / "p.yaml"
-    assert taints.policy_state(str(f)) == ""
+    assert planstore.policy_state(str(f)) == ""
     f.write_text("x")
-    assert len(taints.policy_state(str(f))) == 64
+    assert len(planstore.policy_state(str(f))) == 64
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)  # planted under the policy's name: must not hang, and is no policy
-    assert taints.policy_state(str(fifo)) == ""
-    assert taints.policy_state(str(tmp_path)) == ""
+    assert planstore.policy_state(str(fifo)) == ""
+    assert planstore.policy_state(str(tmp_path)) == ""

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from sbxc import cache
-from sbxc.runtime import cachedir, probe
+from sbxc.runtime import cachedir, probe, trees
 
 pytestmark = pytest.mark.live
 
@@ -64,7 +64,7 @@ def ws():
                 os.chown(p, UID, -1, follow_symlinks=False)
     fd = os.open("/var/tmp", os.O_PATH | os.O_DIRECTORY)
     try:
-        cachedir.remove_tree(fd, os.path.basename(d))
+        trees.remove_tree(fd, os.path.basename(d))
     finally:
         os.close(fd)
 

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import SANDBOX_PYTHON, base_env, run, sbxc_argv
 from sbxc import cache
-from sbxc.runtime import cachedir, probe, safeopen
+from sbxc.runtime import cachedir, probe, safeopen, trees
 
 pytestmark = pytest.mark.live
 
@@ -97,7 +97,7 @@ def default_root_files():
         yield root, secret_plan, f"{root}/{other}"
     finally:
         for name in made:
-            cachedir.remove_tree(root_fd, name)
+            trees.remove_tree(root_fd, name)
         try:
             os.unlink(f"{root}/plans/zz-hardening-test-{tag}")
         except FileNotFoundError:
@@ -111,7 +111,7 @@ def custom_root():
     yield os.path.join(d, "cache-root")
     fd = os.open("/var/tmp", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        cachedir.remove_tree(fd, os.path.basename(d))
+        trees.remove_tree(fd, os.path.basename(d))
     finally:
         os.close(fd)
 

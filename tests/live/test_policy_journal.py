@@ -133,10 +133,10 @@ def test_command_lowering_sbxc_limits_cannot_loosen_the_next_run(sbxc):
 
 HARNESS = r"""
 import sys
-from sbxc.runtime import taints
+from sbxc.runtime import planstore
 def fails(_watch):
     raise MemoryError("out of memory")
-taints.note_policy_changes = fails  # the post-run check fails as it would under a lowered RLIMIT_AS
+planstore.note_policy_changes = fails  # the post-run check fails as it would under a lowered RLIMIT_AS
 from sbxc.commands.exec import exec_main
 sys.exit(exec_main(sys.argv[1:]))
 """

@@ -19,7 +19,7 @@ import sys
 
 from .. import cache as cachemod
 from ..discovery import project_of
-from ..runtime import cachedir
+from ..runtime import cachedir, trees
 from ._args import Parser, absolute_path, parse
 
 
@@ -153,9 +153,9 @@ def clear(root: str, pid: str | None, uid: int) -> int:
         os.close(pfd)
         try:
             # Checked above as ours and no symlink; a command may have made it unreadable.
-            fd = cachedir.open_for_removal(root_fd, pid)
+            fd = trees.open_for_removal(root_fd, pid)
             try:
-                cachedir.empty_dir(fd)
+                trees.empty_dir(fd)
             finally:
                 os.close(fd)
         except OSError as e:

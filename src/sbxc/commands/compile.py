@@ -105,7 +105,7 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
         # as accepted in its present state (sha256, and inode and ctime of it and of the
         # links on the way), so a later change voids the acceptance.
         from ..runtime import journal_check as journal
-        from ..runtime.taints import accept_policies
+        from ..runtime.planstore import accept_policies
 
         accepted = accept_policies(result.sources, cwd if args.policy is None else "", result.policy)
         in_journal, closed = journal.accept(result.sources)

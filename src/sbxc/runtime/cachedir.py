@@ -44,13 +44,11 @@ from __future__ import annotations
 
 import os
 
-from . import rundirs
 from ..layout import CACHE_MARKER_SUFFIX as MARKER_SUFFIX
 from .errors import Refusal, one_line
 # The cache folder's API for `sbxc cache` and `sbxc doctor` (one implementation each, here):
 from .safeopen import (_DIR_FLAGS, Unsafe, nested_overflow_uid, open_cache, open_parents, open_project,  # noqa: F401
                        open_root)
-from .trees import disk_usage, empty_dir, open_for_removal, remove_tree  # noqa: F401
 
 _READ_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 THROWAWAY_BASES = ("/var/tmp", "/tmp")
@@ -74,13 +72,16 @@ class CacheRefused(Refusal):
 def _make_subdirs(dir_fd: int, rels) -> None:
     """Make each tool's subfolder (``go/mod`` …) below ``dir_fd``; existing ones are kept."""
     for rel in rels:
+        parts = [p for p in rel.split("/") if p]
         fd = os.dup(dir_fd)
         try:
-            for part in [p for p in rel.split("/") if p]:
+            for i, part in enumerate(parts):
                 try:
                     os.mkdir(part, 0o700, dir_fd=fd)
                 except FileExistsError:
                     pass
+                if i == len(parts) - 1:
+                    break  # nothing is made below the last one: no need to open it
                 nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 os.close(fd)
                 fd = nfd
@@ -125,6 +126,8 @@ def _touch_marker(root_fd: int, pid: str, project: str) -> None:
 
 def remove_project(root_fd: int, pid: str) -> None:
     """Delete one project's cache folder ``pid`` in the root and its marker beside it."""
+    from .trees import remove_tree
+
     remove_tree(root_fd, pid)
     try:
         os.unlink(pid + MARKER_SUFFIX, dir_fd=root_fd)
@@ -159,6 +162,8 @@ def _make_throwaway(uid: int, pid: str, subdirs) -> tuple[str, str, str, int]:
     """A fresh, empty 0700 root with ``pid`` inside, locked:
     returns (base, name, root path, descriptor holding the lock)."""
     import fcntl  # only on this rare path
+
+    from .trees import remove_tree
 
     last = "no /var/tmp or /tmp to make it in"
     for base in THROWAWAY_BASES:
@@ -211,6 +216,8 @@ def _throwaway_trusted() -> tuple:
 
 
 def _remove_throwaway(base: str, name: str, uid: int, lock_fd: int) -> None:
+    from .trees import remove_tree
+
     try:
         base_fd = open_parents(base + "/x", uid, _throwaway_trusted())
     except (Unsafe, OSError):
@@ -226,6 +233,8 @@ def _remove_throwaway(base: str, name: str, uid: int, lock_fd: int) -> None:
 
 
 def _reap(base_fd: int, uid: int, **kw) -> tuple[list, list]:
+    from . import rundirs  # a throwaway is rare: not on the hot path
+
     return rundirs.reap(base_fd, f"{THROWAWAY_PREFIX}{uid}-", uid, **kw)
 
 
@@ -268,7 +277,7 @@ def remove_leftover_throwaways(uid: int) -> tuple[int, list]:
 class CacheSetup:
     """What ``prepare`` decided: see the module docstring for how the runtime uses it."""
 
-    __slots__ = ("dir", "warning", "cleanup", "env", "planned_root", "actual_root", "pid")
+    __slots__ = ("dir", "warning", "cleanup", "env", "planned_root", "actual_root", "pid", "real_dir")
 
     def __init__(self, dir, warning, cleanup, env, planned_root, actual_root, pid=""):
         self.dir = dir
@@ -282,6 +291,9 @@ class CacheSetup:
         self.planned_root = planned_root
         self.actual_root = actual_root
         self.pid = pid
+        self.real_dir = f"{actual_root}/{pid}" if dir and actual_root and pid else None
+        """``dir`` as a real path: every folder of it was just opened without following a
+        link (no ``realpath`` needed on the hot path)."""
 
     def __iter__(self):
         return iter((self.dir, self.warning, None if self.cleanup is _noop else self.cleanup))

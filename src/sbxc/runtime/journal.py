@@ -90,9 +90,10 @@ def owner_alive(pid: int, ident: str) -> bool:
 
 def writable_roots(pf: dict, cache_dir) -> list:
     """Real paths the run's command could write: the plan's ``write`` rules (already real
-    paths, re-checked before the run), the project's cache folder, and on Landlock the
-    per-run folders that stand in for ``tmpfs`` (a root ending in ``*`` is a name prefix).
-    bwrap's ``tmpfs`` folders are private to the sandbox and vanish with it."""
+    paths, re-checked before the run), the project's cache folder (``cache_dir``, its real
+    path: ``CacheSetup.real_dir``), and on Landlock the per-run folders that stand in for
+    ``tmpfs`` (a root ending in ``*`` is a name prefix). bwrap's ``tmpfs`` folders are
+    private to the sandbox and vanish with it."""
     rt = pf.get("runtime") or {}
     backend = pf.get("backend")
     roots = set()
@@ -108,7 +109,7 @@ def writable_roots(pf: dict, cache_dir) -> list:
             else:
                 roots.add(path)
     if cache_dir:
-        roots.add(os.path.realpath(cache_dir))
+        roots.add(cache_dir)  # a real path: cachedir opened it link by link
     return sorted(roots)
 
 

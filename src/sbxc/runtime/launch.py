@@ -6,7 +6,7 @@ Where the parts are: the plan comes from the plan cache (``plancache``, compiled
 function the ``exec`` command hands in on a miss) or a ``--plan`` file (``planload``);
 ``staleness`` says whether it holds; the runner protocol is ``spec``; the fork, the stderr
 relay, signal forwarding and the wait are ``supervise``; the post-run watch is
-``taints`` and the run's record ``journal``.
+``planstore`` (with the taints) and the run's record ``journal``.
 
 Hot path: this module imports only builtins (``os``, ``_signal``, ``marshal`` via the
 plan cache). No ``re``, ``json`` (except for ``--plan`` on a marshal-cache miss),
@@ -90,7 +90,7 @@ def run_exec(policy, plan, backend, network, cmd: list, environ, cwd: str, compi
     """``sbxc exec`` once its command line is read: the plan (``load_plan``), its warnings,
     the policy watch, then ``launch``. ``compile`` compiles a policy on a plan-cache miss
     (handed in by the ``exec`` command: the runtime never imports the compiler)."""
-    from .taints import policy_watch
+    from .planstore import policy_watch
 
     now = HostNow(environ)
     pf = load_plan(policy, plan, backend, network, now, cwd, compile)
@@ -162,7 +162,7 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             # run which can write these folders is in progress. Only the completed post-run
             # checks remove it; whatever stops them (sbxc killed, its limits lowered by the
             # command, a bug) leaves it, and later runs refuse what this one could write.
-            record = journal.begin(journal.writable_roots(pf, cache.dir))
+            record = journal.begin(journal.writable_roots(pf, cache.real_dir))
             try:
                 ctx = Context(project=rt.get("project", ""), cwd=cwd, uid=os.getuid(), is_root=os.geteuid() == 0,
                               network=rt.get("network", "on"), cache=cache, plans_dir=plans_dir(),
@@ -201,7 +201,7 @@ def after_run(watch, record, status: int, end: int) -> None:
     the command's status stands."""
     from . import journal
     from .supervise import processes_left
-    from .taints import note_policy_changes
+    from .planstore import note_policy_changes
 
     step = "checking the policy files"
     try:

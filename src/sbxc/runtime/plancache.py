@@ -92,7 +92,7 @@ def plan_for_policy(policy, backend, network, now, cwd: str, compile) -> dict:
     the ``exec`` command hands the compiler in (see docs/architecture.md). ``now``: the
     run's ``staleness.HostNow``."""
     from .staleness import why_stale
-    from .taints import check_taints, ensure_reserve, policy_state
+    from .planstore import check_taints, ensure_reserve, policy_state
 
     environ = now.environ
     ref = policy_ref(policy, cwd)

@@ -201,3 +201,31 @@ def open_cache(root: str, pid: str, uid: int, create: bool) -> tuple[int, int, b
         os.close(root_fd)
         raise
     return root_fd, proj_fd, made
+
+
+def real_paths(paths) -> list:
+    """``os.path.realpath`` of each path, with every folder they share resolved once: the
+    watched policy files lie in the current folder and each of its parents, and resolving
+    each on its own would lstat ``/var``, ``/var/tmp`` ... again for every one of them.
+    Not remembered between calls: a sandboxed command may have changed links since."""
+    memo = {"/": "/"}
+    return [_real(p, memo) for p in paths]
+
+
+def _real(path: str, memo: dict) -> str:
+    if not path.startswith("/") or "//" in path or "/./" in path or "/../" in path or path.endswith(("/.", "/..")):
+        return os.path.realpath(path)
+    path = path.rstrip("/") or "/"
+    todo = []
+    d = path
+    while d not in memo:
+        todo.append(d)
+        d = d[:d.rfind("/")] or "/"
+    real = memo[d]
+    for d in reversed(todo):  # parents first
+        cand = real.rstrip("/") + "/" + d[d.rfind("/") + 1:]
+        # A real folder and a name that is no link (or does not exist) is a real path as it
+        # stands; a link is resolved as realpath does, from there on.
+        real = os.path.realpath(cand) if os.path.islink(cand) else cand
+        memo[d] = real
+    return real

@@ -130,7 +130,7 @@ def why_stale(pf: dict, now: HostNow, *, entry=None, paths: bool = True):
 
 
 def _entry_changed(entry: dict, environ) -> str:
-    from .taints import source_state
+    from .planstore import source_state
 
     for name, value in entry.get("env", ()):
         if environ.get(name) != value:
