@@ -16,6 +16,10 @@ DEFAULT_POLICY = "builtin:default"
 """What applies when discovery finds no policy file."""
 BUILTIN_PREFIX = "builtin:"
 
+INTERNAL_ERROR = 3
+"""Exit status of a command other than ``exec`` when sbxc itself broke (a bug), as opposed to
+1 for a policy with errors (docs/decisions.md)."""
+
 BACKENDS = ("bwrap", "landlock", "sandbox-exec")
 """Every backend, in the order reports list them."""
 BACKEND_CHOICES = ("auto",) + BACKENDS
@@ -26,7 +30,21 @@ CACHE_ROOT_TEMPLATE = "/var/tmp/sbxc-{uid}"
 PLANS_SUBDIR = "plans"
 """The plan cache folder under the default cache root (0700, out of every sandbox's reach)."""
 RUN_DIR_PREFIX = "sbxc-run-"
+CACHE_MARKER_SUFFIX = ".project"
+"""Beside each project's cache folder in the root: ``<project-id>.project`` names the project."""
 """Per-run private folders (Landlock's ``tmpfs`` stand-ins) start with this."""
+
+
+BWRAP_EMPTY_FD = "@fd:empty"
+"""In a bwrap plan's argv: a fresh descriptor of an empty file goes here (masked files)."""
+
+PACKAGE_DIR = __file__.rpartition("/")[0]
+"""The installed package's folder (a module's ``__file__`` is absolute)."""
+
+
+def builtin_policy_path(name: str) -> str:
+    """The file of ``builtin:NAME`` (shipped in the package's ``policies/``)."""
+    return f"{PACKAGE_DIR}/policies/{name}.yaml"
 
 
 def default_cache_root(uid: int) -> str:
@@ -35,3 +53,7 @@ def default_cache_root(uid: int) -> str:
 
 def plans_dir(uid: int) -> str:
     return default_cache_root(uid) + "/" + PLANS_SUBDIR
+
+
+MAX_POLICY_BYTES = 1 << 20
+"""The largest policy file the compiler reads; the runtime hashes none larger."""

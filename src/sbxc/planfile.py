@@ -46,7 +46,11 @@ def runtime_section(plan) -> dict:
         # compile time makes the run refuse (125); so does a masked path that was missing
         # then and exists now (the plan has nothing to hide it with). Not the cache's rules:
         # runtime/cachedir checks those folders itself and falls back to a throwaway cache.
-        "checks": [[r.path, r.kind, r.access] for r in plan.fs if r.origin != "cache"],
+        # Each entry: [path, kind, access, span of its rule ("file:line:col", "" for an
+        # implied rule without a place), the path as the rule wrote it], so that a refusal
+        # names the rule. A runtime reads the first three of older plan files (no span).
+        "checks": [[r.path, r.kind, r.access, str(r.span) if r.span.line else "", r.written or r.path]
+                   for r in plan.fs if r.origin != "cache"],
         # Optional rules skipped because their path was missing: when one appears, a cached
         # plan is stale (compiled again), though running it would only grant less.
         "skipped": sorted({s.path for s in plan.skipped if s.path.startswith("/")}),

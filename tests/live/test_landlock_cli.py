@@ -52,7 +52,7 @@ def test_builtin_default_masks_credentials(ll):
 
 
 def test_plan_cache_not_writable_inside(ll):
-    from sbxc.runtime.plancache import plans_dir
+    from sbxc.runtime.planstore import plans_dir
 
     ll(DEFAULT, "true")
     d = plans_dir()

@@ -45,12 +45,11 @@ from ..compiler.plan import (
     BUILTIN_SPAN, KIND_DIR, KIND_MISSING, KIND_OTHER, MASK, NET_OFF, NET_ON, NET_RULES,
     READ, TMPFS, WRITE, PathRule, Plan, is_within, path_depth,
 )
+from ..layout import BWRAP_EMPTY_FD as EMPTY_FD  # noqa: F401 (the runtime's placeholder too)
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
 from .lowered import Lowered
 
 NAME = "bwrap"
-EMPTY_FD = "@fd:empty"
-"""Placeholder in ``argv``: the runtime puts a fresh descriptor reading nothing there."""
 
 _OWN_MOUNTS = ("/proc", "/dev")
 

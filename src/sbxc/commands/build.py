@@ -24,6 +24,9 @@ class BackendReport:
     unavailable: str = ""
     lowered: object = None
     """The backend's ``Lowered`` (for writing the plan without lowering twice)."""
+    internal: bool = False
+    """``unavailable`` is a bug of sbxc's (the backend raised), not something of this build
+    or of the policy: the command reports it as an internal error (exit 3)."""
 
 
 def with_listings(backend: str, plan, host, lister=None):
@@ -55,10 +58,55 @@ def lower_all(plan, host, names, lister=None) -> list[BackendReport]:
             if e.name == backends.module_name(name):
                 out.append(BackendReport(name, unavailable=f"backend module {e.name} is not part of this build"))
                 continue
-            out.append(BackendReport(name, unavailable=f"internal error: {type(e).__name__}: {e}"))
+            out.append(BackendReport(name, unavailable=f"internal error: {type(e).__name__}: {e}", internal=True))
             continue
         except Exception as e:  # a backend bug must not hide the other backends' reports
-            out.append(BackendReport(name, unavailable=f"internal error: {type(e).__name__}: {e}"))
+            out.append(BackendReport(name, unavailable=f"internal error: {type(e).__name__}: {e}", internal=True))
             continue
         out.append(BackendReport(name, tuple(lowered.verdicts), lowered=lowered))
     return out
+
+
+def compile_for_exec(policy, backend, network, environ, cwd: str) -> dict:
+    """The plan cache's miss (``sbxc exec`` without ``--plan``): compile ``policy`` (None:
+    discovery) with the command line's flags into a plan file, as a dict, with what the
+    cache key needs: ``{"plan", "sources": [[path, sha256]], "env": [[name, value]]}``.
+    A policy with errors prints its diagnostics and raises a Refusal (exit 125). The
+    runtime never imports this module: ``sbxc.commands.exec`` hands this function in."""
+    import json
+    import sys
+
+    from ..compiler.api import compile_policy
+    from ..compiler.diagnostics import ERROR, diag, render_text
+    from ..compiler.report import NOT_ENFORCEABLE
+    from ..planfile import build, dumps
+    from ..runtime.errors import Refusal, one_line
+    from ..runtime.probe import probe_host
+
+    host = probe_host(environ)
+    overrides = {}
+    if backend:
+        overrides["backend"] = backend
+    if network:
+        overrides["network"] = network == "on"
+    res = compile_policy(policy, cwd=cwd, environ=environ, host=host, overrides=overrides)
+    diags = list(res.diagnostics)
+    lowered = None
+    if res.plan is not None:
+        try:
+            lowered = lower(res.backend, res.plan, host)
+        except ImportError as e:
+            raise Refusal(f"the {res.backend} backend is not part of this sbxc ({e})", "use another backend (sbxc doctor)") from None
+        for v in lowered.verdicts:
+            if v.status == NOT_ENFORCEABLE:
+                diags.append(diag("SBX050", v.span, backend=res.backend, subject=v.subject, why=v.why))
+    errors = [d for d in diags if d.severity == ERROR]
+    if errors or res.plan is None or lowered is None:
+        sys.stderr.write(render_text(errors or diags, res.lines, cwd))
+        raise Refusal(f"the policy {one_line(res.policy, 200)} has errors", "fix them (sbxc compile --check)")
+    pf = json.loads(dumps(build(res.plan, host, res.backend, lowered.data, lowered.verdicts)))
+    return {
+        "plan": pf,
+        "sources": [[p, d] for p, d in res.sources],
+        "env": [[k, v] for k, v in res.env_used.items()],
+    }

@@ -9,7 +9,9 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
 
+from .. import discovery
 from ..hostfacts import HostFacts
+from ..layout import POLICY_NAME
 from .backend_choice import choose_backend
 from .diagnostics import Diagnostic, diag, has_errors, sort_key
 from .hostpaths import HostPaths
@@ -19,8 +21,6 @@ from .plan import Plan, Span
 from .setting_rows import SettingRow, setting_rows
 from .settings import BACKEND_CHOICES
 
-POLICY_NAME = "sandbox.policy.yaml"
-DEFAULT_POLICY = "builtin:default"
 COMMAND_LINE = Span("<command line>", 0, 0)
 # A file that could not be loaded, is of another format, or whose extends chain loops,
 # runs too deep, or may not be trusted. A missing `sbxc:` key or one extends target that
@@ -56,17 +56,9 @@ class CompileResult:
 
 
 def discover(cwd: str, exists=os.path.isfile) -> tuple[str, str]:
-    """The nearest ``sandbox.policy.yaml`` in ``cwd`` or a parent, else ``builtin:default``."""
-    d = os.path.abspath(cwd)
-    while True:
-        cand = os.path.join(d, POLICY_NAME)
-        if exists(cand):
-            where = "in the current folder" if d == os.path.abspath(cwd) else f"in {d}, a parent of the current folder"
-            return cand, f"found {where}"
-        parent = os.path.dirname(d)
-        if parent == d:
-            return DEFAULT_POLICY, f"no {POLICY_NAME} in {os.path.abspath(cwd)} or its parents; using {DEFAULT_POLICY}"
-        d = parent
+    """The nearest ``sandbox.policy.yaml`` in ``cwd`` or a parent, else ``builtin:default``
+    (``sbxc.discovery``: the one answer every layer shares)."""
+    return discovery.discover(cwd, exists)
 
 
 def _apply_overrides(m: Merged, overrides: Mapping, diags: list[Diagnostic]) -> None:
@@ -114,12 +106,7 @@ def _compile(policy_path, *, cwd, environ, host, overrides, paths) -> CompileRes
     paths = paths or HostPaths()
     diags: list[Diagnostic] = []
     cwd = os.path.abspath(cwd)
-    if policy_path is None:
-        root, why = discover(cwd, lambda p: paths.kind(paths.realpath(p)) == "file")
-    elif policy_path.startswith("builtin:"):
-        root, why = policy_path, "named on the command line"
-    else:
-        root, why = os.path.normpath(os.path.join(cwd, policy_path)), "named on the command line"
+    root, why = discovery.locate(policy_path, cwd, lambda p: paths.kind(paths.realpath(p)) == "file")
     root_dir = cwd if root.startswith("builtin:") else os.path.dirname(root)
 
     m = load_chain(root, diags)

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Generic, Optional, TypeVar, Union
 
 from .. import cache as cachemod
+from ..layout import BACKEND_CHOICES  # noqa: F401 (the loader and its callers take it from here)
 from .plan import Span
 from .rules import FS_VERBS, FsRuleAst, NetRuleAst
 
-BACKEND_CHOICES = ("auto", "bwrap", "landlock", "sandbox-exec")
 HOME_CHOICES = ("read-only", "hidden", "writable")
 FORMAT_VERSION = 1
 LOCKABLE = ("project", "backend", "home", "filesystem", "network", "cache", "env", "landlock", "syscalls", "workspace")
