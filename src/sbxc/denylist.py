@@ -76,6 +76,9 @@ BUILTIN_DENY: dict[str, str] = {
 BUILTIN_ARG_FILTERS: dict[str, str] = {
     "ioctl TIOCSTI": "pushes characters into the terminal's input, i.e. types commands for the caller",
     "ioctl TIOCLINUX": "on a virtual console, selection paste also injects input",
+    "ioctl TIOCSETD": ("changes the terminal's line discipline, which outlives the run (N_NULL leaves the "
+                       "caller's terminal dead) and can load kernel modules"),
+    "ioctl TIOCCONS": "redirects the host's console output to the command's terminal",
     "clone CLONE_NEWUSER": "a new user namespace gives the command a full set of capabilities over new namespaces",
     "unshare CLONE_NEWUSER": "a new user namespace gives the command a full set of capabilities over new namespaces",
     "clone3": "its flags live in memory a filter cannot read; ENOSYS makes libc fall back to clone, which is filtered",

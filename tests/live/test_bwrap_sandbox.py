@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from conftest import base_env, remove_project_cache, run, sbxc_argv, snapshot
+from conftest import base_env, own_code_rules, remove_project_cache, run, sbxc_argv, snapshot
 
 pytestmark = pytest.mark.live
 
@@ -381,7 +381,7 @@ def test_plan_cache_not_writable_inside(sbxc):
     d = plans_dir()
     assert os.path.isdir(d)
     before = sorted(os.listdir(d))
-    pol = policy("write /var/tmp")
+    pol = policy("write /var/tmp") + own_code_rules()
     r = sbxc(pol, "sh", "-c", f"ls -A {d} | wc -l; touch {d}/planted; echo t=$?; echo ok > /var/tmp/sbxc-live-ctl-$$ && echo ctl && rm /var/tmp/sbxc-live-ctl-$$")
     assert "t=0" not in r.out and "ctl" in r.out, r
     assert r.out.split("\n")[0].strip() == "0", r  # the plans are not even visible

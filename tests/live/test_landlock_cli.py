@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from conftest import SANDBOX_PYTHON, base_env, run, sbxc_argv
+from conftest import SANDBOX_PYTHON, base_env, own_code_rules, run, sbxc_argv
 
 pytestmark = pytest.mark.live
 
@@ -64,7 +64,7 @@ def test_plan_cache_not_writable_inside(ll):
 
     ctl = tempfile.mkdtemp(prefix="sbxc-ll-ctl-", dir="/var/tmp")
     try:
-        r = ll(DEFAULT + "filesystem:\n  - write /var/tmp\n", "sh", "-c",
+        r = ll(DEFAULT + "filesystem:\n  - write /var/tmp\n" + own_code_rules(), "sh", "-c",
                f"ls -A {d} >/dev/null 2>&1 && echo listed; touch {d}/planted && echo planted;"
                f"echo ok > {ctl}/f && echo ctl")
     finally:

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conftest import base_env, run, sbxc_argv
+from conftest import base_env, own_code_rules, run, sbxc_argv
 
 pytestmark = pytest.mark.live
 
@@ -212,7 +212,7 @@ def test_taints_are_out_of_reach_with_a_custom_cache_root(sbxc, backend, tmp_pat
     assert planstore.record_taints([(str(tmp_path / "probe.yaml"), "0" * 64)])
     root = f"/var/tmp/sbxc-test-root-{os.getpid()}-{backend}"
     policy = (f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\ncache:\n  root: {root}\n"
-              "filesystem:\n  - write /var/tmp\n")
+              "filesystem:\n  - write /var/tmp\n" + own_code_rules())
     droot = os.path.dirname(plans)
     cmd = (f"for f in {plans}/t-*; do [ -e \"$f\" ] && rm \"$f\" && echo removed; done; touch {plans}/x && echo touched; "
            f"mv {droot} {droot}.moved && echo moved; true")

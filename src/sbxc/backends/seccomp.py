@@ -66,6 +66,8 @@ _ERRNO_OVERRIDE = {
 CLONE_NEWUSER = 0x10000000
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
+TIOCCONS = 0x541D
+TIOCSETD = 0x5423
 ADDR_NO_RANDOMIZE = 0x0040000
 READ_IMPLIES_EXEC = 0x0400000
 MMAP_PAGE_ZERO = 0x0100000
@@ -267,7 +269,11 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
     # The kernel reads ioctl's request as an unsigned int: compare the low 32 bits only,
     # so high garbage bits in the register cannot slip past.
     if "ioctl" not in denied:
-        for req in (TIOCSTI, TIOCLINUX):
+        # TIOCSETD on the caller's terminal outlives the run (N_NULL silences it for good)
+        # and, with dev.tty.ldisc_autoload=1, loads line-discipline modules. TIOCCONS needs
+        # CAP_SYS_ADMIN, which both runners drop; refused here as well, so redirecting the
+        # host's console never rests on the capability drop alone.
+        for req in (TIOCSTI, TIOCLINUX, TIOCSETD, TIOCCONS):
             f.add_rule(eperm, "ioctl", s.Arg(1, s.MASKED_EQ, 0xFFFFFFFF, req))
     if "clone" not in denied:
         f.add_rule(eperm, "clone", s.Arg(0, s.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))

@@ -203,7 +203,13 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         sys.stderr.write(Refusal(cause, fix).line() + "\n")
         return 125
 
+    setup = None
+    if net in ("on", "rules"):
+        from .bwrap_scope import child_setup
+
+        setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))
     # The pass_fds exclude the read end of the status pipe: only bwrap's write end goes over.
     return LaunchSpec(argv, env, pass_fds=[fd for fd in fds if fd != info_r], exec_is_command=False,
+                      child_setup=setup,
                       started=started, setup_failed=setup_failed, command_status=command_status,
                       cleanups=cleanups, own_pgrp=True, signal_target=signal_target)

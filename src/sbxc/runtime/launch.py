@@ -146,6 +146,9 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
 
         cache = prepare_cache(rt.get("cache") or {}, project=rt.get("project", ""))
         try:
+            from .owncode import check as check_own_code
+
+            check_own_code(rt.get("checks", ()), cache.dir)
             if cache.warning:
                 sys.stderr.write(cache.warning + "\n")
             env = build_env(rt, environ, cache.env)
