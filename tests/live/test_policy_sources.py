@@ -26,6 +26,50 @@ def _exec(home, cwd, *cmd, args=()):
     return run(sbxc_argv("exec", *args, "--", *cmd), env=base_env(home), cwd=cwd)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_relinked_extends_target_is_refused_before_it_is_read(sbxc, tmp_path, backend):
+    """The command points ``ci/base.yaml`` (an extends target) at a secret outside the
+    project, readable by all. The next run must refuse the link (the journal) without
+    printing a byte of the secret. Control: the same secret text in a regular extends
+    target the person wrote is quoted in the diagnostic, so the test would see a leak."""
+    project, home = sbxc.project, sbxc.home
+    _write(os.path.join(project, "sandbox.policy.yaml"),
+           "sbxc: 1\nextends: [builtin:default, ./ci/base.yaml]\nhome: hidden\n")
+    base = os.path.join(project, "ci", "base.yaml")
+    _write(base, "sbxc: 1\n")
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    secret = vault / "token"
+    secret.write_text(f"api_token: {SECRET}\n")
+    secret.chmod(0o644)
+    r = _exec(home, project, "sh", "-c", f"ln -sf {secret} {base}", args=("--backend", backend))
+    assert r.rc == 0 and os.path.islink(base), r
+    r = _exec(home, project, "true", args=("--backend", backend))
+    assert r.rc == 125, r
+    assert SECRET not in r.out + r.err, r
+    assert re.search(r"(may have been|was) written by (the|a) sandboxed command", r.err) and base in r.err, r
+    # Control: the same bytes, put there by the person, are read and quoted.
+    os.unlink(base)
+    _write(base, f"api_token: {SECRET}\n")
+    r = _exec(home, project, "true", args=("--backend", backend))
+    assert r.rc == 125 and SECRET in r.err, r
+
+
+def test_linked_source_out_of_its_folder_is_not_quoted(sbxc, tmp_path):
+    """A source reached through a symlink that leads out of its folder is never quoted,
+    even when no run wrote it (the person's own link): only that it has errors is said.
+    Control: the regular file with the same text is quoted (see the test above)."""
+    project, home = sbxc.project, sbxc.home
+    _write(os.path.join(project, "sandbox.policy.yaml"), "sbxc: 1\nextends: [builtin:default, ./ci/base.yaml]\n")
+    secret = tmp_path / "token"
+    secret.write_text(f"api_token: {SECRET}\n")
+    secret.chmod(0o644)
+    os.makedirs(os.path.join(project, "ci"))
+    os.symlink(secret, os.path.join(project, "ci", "base.yaml"))
+    r = run(sbxc_argv("compile", "--check"), env=base_env(home), cwd=project)
+    assert r.rc != 0 and SECRET not in r.out + r.err and "not shown" in r.out + r.err, r
+
+
 def test_candidate_linked_to_a_fifo_is_never_opened(sbxc, tmp_path):
     """The command links ``sub/sandbox.policy.yaml`` to a FIFO (standing in for a device:
     opening one runs its driver). Neither the planting run's post-run watch nor the next

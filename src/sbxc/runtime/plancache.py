@@ -555,7 +555,15 @@ def plan_for_policy(policy, backend, network, environ, cwd: str, warn) -> dict:
             first = ((ref, policy_state(ref)),)
             check_taints(dir_fd, first)
             journal.check_sources(dir_fd, first)
-        entry = compile_entry(policy, backend, network, environ, cwd)
+        def gate(path: str) -> None:
+            # Each source, every extends target included, before the compiler reads a
+            # byte of it: a diagnostic would quote a planted one (a link to a secret).
+            if path.startswith("/"):
+                here = ((path, policy_state(path)),)
+                check_taints(dir_fd, here)
+                journal.check_sources(dir_fd, here)
+
+        entry = compile_entry(policy, backend, network, environ, cwd, gate if dir_fd >= 0 else None)
         if dir_fd >= 0:
             # The digests were just read by the compiler: what the plan is made of. A file
             # a sandboxed run could have written since its last acceptance (the journal)
@@ -571,9 +579,9 @@ def plan_for_policy(policy, backend, network, environ, cwd: str, warn) -> dict:
             os.close(dir_fd)
 
 
-def compile_entry(policy, backend, network, environ, cwd: str) -> dict:
+def compile_entry(policy, backend, network, environ, cwd: str, gate=None) -> dict:
     """Compile (the slow path: imports the compiler); a Refusal (125) on errors, after the
-    diagnostics were printed."""
+    diagnostics were printed. ``gate``: see ``compile_policy``."""
     import json
     import sys
 
@@ -590,7 +598,7 @@ def compile_entry(policy, backend, network, environ, cwd: str) -> dict:
         overrides["backend"] = backend
     if network:
         overrides["network"] = network == "on"
-    res = compile_policy(policy, cwd=cwd, environ=environ, host=host, overrides=overrides)
+    res = compile_policy(policy, cwd=cwd, environ=environ, host=host, overrides=overrides, gate=gate)
     diags = list(res.diagnostics)
     lowered = None
     if res.plan is not None:
