@@ -70,6 +70,31 @@ def test_linked_source_out_of_its_folder_is_not_quoted(sbxc, tmp_path):
     assert r.rc != 0 and SECRET not in r.out + r.err and "not shown" in r.out + r.err, r
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_old_policy_moved_in_by_a_folder_rename_is_refused(sbxc, backend):
+    """``mv app app.orig && mv examples/loose app``: the loose policy the person once wrote
+    keeps its ctime (a rename changes only the moved folder's), yet now applies in app/.
+    Refused until accepted; then used."""
+    project, home = sbxc.project, sbxc.home
+    _write(os.path.join(project, "sandbox.policy.yaml"), "sbxc: 1\nextends: [builtin:default]\n")
+    _write(os.path.join(project, "app", "sandbox.policy.yaml"), "sbxc: 1\nextends: [builtin:default]\nnetwork: false\n")
+    loose = os.path.join(project, "examples", "loose", "sandbox.policy.yaml")
+    _write(loose, "sbxc: 1\nextends: [builtin:default]\nnetwork: true\n")
+    app = os.path.join(project, "app")
+    assert _exec(home, app, "true", args=("--backend", backend)).rc == 0  # app's own policy, noted clean
+    r = _exec(home, project, "sh", "-c", "mv app app.orig && mv examples/loose app", args=("--backend", backend))
+    assert r.rc == 0 and "network: true" in open(os.path.join(app, "sandbox.policy.yaml")).read(), r
+    moved = os.path.join(app, "sandbox.policy.yaml")
+    marker = os.path.join(app, "marker")
+    r = _exec(home, app, "touch", marker, args=("--backend", backend))
+    assert r.rc == 125 and f"sbxc: the policy {moved}" in r.err and "compile --check" in r.err, r
+    assert not os.path.exists(marker)
+    r = run(sbxc_argv("compile", "--check", moved), env=base_env(home), cwd=app)
+    assert r.rc == 0, r
+    r = _exec(home, app, "touch", marker, args=("--backend", backend))
+    assert r.rc == 0 and os.path.exists(marker), r
+
+
 def test_candidate_linked_to_a_fifo_is_never_opened(sbxc, tmp_path):
     """The command links ``sub/sandbox.policy.yaml`` to a FIFO (standing in for a device:
     opening one runs its driver). Neither the planting run's post-run watch nor the next
