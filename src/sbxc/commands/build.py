@@ -67,12 +67,13 @@ def lower_all(plan, host, names, lister=None) -> list[BackendReport]:
     return out
 
 
-def compile_for_exec(policy, backend, network, environ, cwd: str) -> dict:
+def compile_for_exec(policy, backend, network, environ, cwd: str, gate=None) -> dict:
     """The plan cache's miss (``sbxc exec`` without ``--plan``): compile ``policy`` (None:
     discovery) with the command line's flags into a plan file, as a dict, with what the
     cache key needs: ``{"plan", "sources": [[path, sha256]], "env": [[name, value]]}``.
     A policy with errors prints its diagnostics and raises a Refusal (exit 125). The
-    runtime never imports this module: ``sbxc.commands.exec`` hands this function in."""
+    runtime never imports this module: ``sbxc.commands.exec`` hands this function in.
+    ``gate(path)``: called before each policy file is read (see ``compile_policy``)."""
     import json
     import sys
 
@@ -89,7 +90,7 @@ def compile_for_exec(policy, backend, network, environ, cwd: str) -> dict:
         overrides["backend"] = backend
     if network:
         overrides["network"] = network == "on"
-    res = compile_policy(policy, cwd=cwd, environ=environ, host=host, overrides=overrides)
+    res = compile_policy(policy, cwd=cwd, environ=environ, host=host, overrides=overrides, gate=gate)
     diags = list(res.diagnostics)
     lowered = None
     if res.plan is not None:

@@ -85,12 +85,12 @@ def parse_args(argv: list) -> Args:
     return a
 
 
-def compile_on_miss(policy, backend, network, environ, cwd: str) -> dict:
+def compile_on_miss(policy, backend, network, environ, cwd: str, gate=None) -> dict:
     """What the plan cache calls on a miss. The compiler is imported here, on a miss
     only: a cached run never loads YAML, Lark or libseccomp."""
     from .build import compile_for_exec
 
-    return compile_for_exec(policy, backend, network, environ, cwd)
+    return compile_for_exec(policy, backend, network, environ, cwd, gate)
 
 
 def exec_entry(argv) -> int:

@@ -82,11 +82,13 @@ def _apply_overrides(m: Merged, overrides: Mapping, diags: list[Diagnostic]) -> 
 
 
 def compile_policy(policy_path: Optional[str], *, cwd: str, environ: Mapping[str, str], host: HostFacts,
-                   overrides: Optional[dict] = None, paths: Optional[HostPaths] = None) -> CompileResult:
+                   overrides: Optional[dict] = None, paths: Optional[HostPaths] = None,
+                   gate=None) -> CompileResult:
     """Compile the policy at ``policy_path`` (None: discover it from ``cwd``).
 
     ``overrides`` holds command-line flags (``backend``: str, ``network``: bool); they win
     over every file. ``paths`` answers filesystem questions (tests pass a fake).
+    ``gate(path)`` runs before each user policy file is read and may raise (``load_chain``).
     """
     import gc
 
@@ -95,13 +97,13 @@ def compile_policy(policy_path: Optional[str], *, cwd: str, environ: Mapping[str
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _compile(policy_path, cwd=cwd, environ=environ, host=host, overrides=overrides, paths=paths)
+        return _compile(policy_path, cwd=cwd, environ=environ, host=host, overrides=overrides, paths=paths, gate=gate)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _compile(policy_path, *, cwd, environ, host, overrides, paths) -> CompileResult:
+def _compile(policy_path, *, cwd, environ, host, overrides, paths, gate=None) -> CompileResult:
     overrides = overrides or {}
     paths = paths or HostPaths()
     diags: list[Diagnostic] = []
@@ -109,7 +111,7 @@ def _compile(policy_path, *, cwd, environ, host, overrides, paths) -> CompileRes
     root, why = discovery.locate(policy_path, cwd, lambda p: paths.kind(paths.realpath(p)) == "file")
     root_dir = cwd if root.startswith("builtin:") else os.path.dirname(root)
 
-    m = load_chain(root, diags)
+    m = load_chain(root, diags, gate=gate)
     if policy_path is None:
         # Discovery walks up to /, through folders such as /tmp where anyone can leave a
         # sandbox.policy.yaml; say where the refused file came from.

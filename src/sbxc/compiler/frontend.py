@@ -35,22 +35,49 @@ def read_builtin(name: str) -> Optional[bytes]:
         return None
 
 
+def open_regular(path: str, dir_fd=None, follow: bool = True):
+    """(descriptor open for reading, stat) of a regular file, or (-1, stat) for anything
+    else, without ever opening anything else for reading: opening a device runs its
+    driver (a watchdog reboots the host, a serial port raises DTR) and opening a FIFO
+    connects a reader. O_PATH opens the name only; the kind is read from what it names,
+    and only a regular file is then opened, through /proc/self/fd (the same inode, so no
+    rename in between can swap it). Raises OSError. Where there is no O_PATH (macOS), the
+    kind is read by stat first and the open is O_NONBLOCK|O_NOCTTY (a rare race remains)."""
+    import os
+    import stat
+
+    nofollow = 0 if follow else os.O_NOFOLLOW
+    o_path = getattr(os, "O_PATH", 0)
+    if o_path:
+        pfd = os.open(path, o_path | nofollow | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            st = os.fstat(pfd)
+            if not stat.S_ISREG(st.st_mode):
+                return -1, st
+            return os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_CLOEXEC), st
+        finally:
+            os.close(pfd)
+    st = os.stat(path, dir_fd=dir_fd, follow_symlinks=follow)
+    if not stat.S_ISREG(st.st_mode):
+        return -1, st
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | nofollow | os.O_CLOEXEC,
+                 dir_fd=dir_fd)
+    return fd, os.fstat(fd)
+
+
 def read_file(path: str, diags: list[Diagnostic], span: Optional[Span] = None) -> Optional[bytes]:
     """Read at most MAX_BYTES + 1 bytes (so a huge or endless file costs nothing)."""
     import os
 
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd, _st = open_regular(path)
     except OSError as e:
         diags.append(diag("SBX001", span or point(path, 0, 0), what=path, why=e.strerror or str(e)))
         return None
+    if fd < 0:
+        diags.append(diag("SBX001", span or point(path, 0, 0), what=path, why="not a regular file"))
+        return None
     try:
-        import stat
-
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            diags.append(diag("SBX001", span or point(path, 0, 0), what=path, why="not a regular file"))
-            return None
         return _read_fd(fd, path, diags, span or point(path, 0, 0))
     except OSError as e:
         diags.append(diag("SBX001", span or point(path, 0, 0), what=path, why=e.strerror or str(e)))
@@ -186,16 +213,17 @@ def read_policy_file(path: str, diags: list[Diagnostic], span: Optional[Span] = 
         diags.append(diag("SBX001", at, what=path, why=e.strerror or str(e)))
         return None
     try:
-        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        fd, st = open_regular(name, dir_fd=dfd, follow=False)
     except OSError as e:
         os.close(dfd)
         diags.append(diag("SBX001", at, what=path, why=e.strerror or str(e)))
         return None
+    if fd < 0:
+        os.close(dfd)
+        diags.append(diag("SBX001", at, what=path, why="not a regular file"))
+        return None
     try:
-        st, dst = os.fstat(fd), os.fstat(dfd)
-        if not stat.S_ISREG(st.st_mode):
-            diags.append(diag("SBX001", at, what=path, why="not a regular file"))
-            return None
+        dst = os.fstat(dfd)
         why = _entry_problem("the file", st, folder, dst, uid)
         if why:
             diags.append(_untrusted(path, why, at))

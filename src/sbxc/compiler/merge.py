@@ -15,7 +15,7 @@ from .plan import Span
 from .rules import FsRuleAst, NetRuleAst
 from .settings import (KEYS, CacheSettings, EnvSettings, LandlockSettings, Settings, SyscallSettings, Value,
                        WorkspaceSettings)
-from .source import SourceFile
+from .source import SourceFile, point
 from .validate import check_document
 from .yamltree import decode_source, load_yaml
 
@@ -198,11 +198,15 @@ def resolve_extends(target: str, from_path: str) -> str:
     return os.path.normpath(os.path.join(base, target))
 
 
-def load_chain(root: str, diags: list[Diagnostic], uid: Optional[int] = None) -> Merged:
+def load_chain(root: str, diags: list[Diagnostic], uid: Optional[int] = None, gate=None) -> Merged:
     """Load ``root`` and everything it extends, depth first, each file once, and merge.
 
     Every file must pass ``read_policy_file``'s ownership checks for ``uid`` (default:
-    this process's effective uid, whose files a sandbox would run with)."""
+    this process's effective uid, whose files a sandbox would run with). ``gate(path)``,
+    when given, is called before a byte of each user file is read and may raise to stop
+    the compile: ``exec`` refuses there a file a sandboxed run may have written, which
+    would otherwise be read, and its lines quoted in a diagnostic, before any check of
+    the whole plan's sources could run."""
     m = Merged(root=root)
 
     def visit(ref: str, stack: list[str], via: Optional[Span]) -> None:
@@ -231,6 +235,8 @@ def load_chain(root: str, diags: list[Diagnostic], uid: Optional[int] = None) ->
             if via is not None and not os.path.exists(ref):
                 diags.append(diag("SBX021", via, target=ref, why="file not found", suggest=""))
                 return
+            if gate is not None:
+                gate(ref)
             data = read_policy_file(ref, diags, via, uid)
             if data is None:
                 return
@@ -251,7 +257,37 @@ def load_chain(root: str, diags: list[Diagnostic], uid: Optional[int] = None) ->
         apply_document(m, doc, base_dir, diags)
 
     visit(root, [], None)
+    _withhold_linked(m, diags)
     return m
+
+
+def _quotable(path: str) -> bool:
+    """Whether diagnostics may quote ``path``'s lines: a file reached by its own name, or
+    through symlinks whose end lies inside the folder the name is in (and below)."""
+    real = os.path.realpath(path)
+    if real == os.path.abspath(path):
+        return True
+    folder = os.path.dirname(os.path.abspath(path))
+    return real.startswith(folder.rstrip("/") + "/")
+
+
+def _withhold_linked(m: Merged, diags: list[Diagnostic]) -> None:
+    """Diagnostics quote source lines and name keys and values. A file reached through a
+    symlink that leads out of its folder may be a secret the link was pointed at (a
+    sandboxed command can plant the link): of its problems only that there are some is
+    said, at the place that named it."""
+    for s in m.sources:
+        if s.path.startswith("builtin:") or _quotable(s.path):
+            continue
+        own = [d for d in diags if d.span is not None and d.span.file == s.path]
+        if not own:
+            continue
+        diags[:] = [d for d in diags if not (d.span is not None and d.span.file == s.path)]
+        diags.append(diag("SBX025", point(s.path, 0, 0), path=f"{s.path} (which resolves to {os.path.realpath(s.path)})",
+                          why=f"it has {len(own)} error(s), not shown because it is reached through a symlink that "
+                              "leads out of its folder",
+                          hint=f"run 'sbxc compile --check {os.path.realpath(s.path)}' to see them"))
+        s.lines[:] = []
 
 
 def resolve(m: Merged) -> Settings:

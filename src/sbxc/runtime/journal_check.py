@@ -121,6 +121,41 @@ def _hits(windows, path: str, sha: str, steps) -> list:
             for w in [_covering(windows, p, st.st_ctime_ns, sha if p == real else None)] if w is not None]
 
 
+def _moved_in(windows, steps) -> list:
+    """(folder, window) for each folder above the file or a link on the way whose ctime
+    falls in a window of a run that could write the folder's parent. Renaming a folder
+    leaves the ctime of everything inside it as it was, so a command that moves an old
+    policy's folder to where the person will run next shows only in the moved folder's
+    own ctime. A folder that merely got new entries during a run looks the same: used
+    only for a path with no note yet, so that costs one acceptance per new policy path."""
+    out = []
+    seen = set()
+    for place, _st in steps:
+        d = os.path.dirname(place)
+        while d not in seen and d != "/":
+            seen.add(d)
+            parent = os.path.dirname(d)
+            try:
+                ctime = os.lstat(d).st_ctime_ns
+            except OSError:
+                break
+            w = _covering(windows, parent, ctime)
+            if w is not None:
+                out.append((d, w))
+            d = parent
+    return out
+
+
+def _noted(dir_fd: int, path: str, steps) -> bool:
+    """Whether this file (device and inode) at this path, through the same links, has a
+    note (found clean, or accepted), whatever its content or ctime then: a known file at
+    a new path, or a new file at a known path, is not."""
+    entry, _st = read(dir_fd, _accept_name(os.path.realpath(path)))
+    if entry is None or not isinstance(entry.get("way"), list):
+        return False
+    return [list(x[:3]) for x in entry["way"]] == [x[:3] for x in _ids(steps)]
+
+
 def _accept_name(real: str) -> str:
     return ACCEPT_PREFIX + sha256_hex(real.encode("utf-8", "surrogateescape"))
 
@@ -165,6 +200,8 @@ def check_sources(dir_fd: int, sources) -> None:
         hits = _hits(windows, path, sha, steps)
         if accepted(dir_fd, path, sha, steps):
             continue
+        if not hits and not _noted(dir_fd, path, steps):
+            hits = _moved_in(windows, steps)
         if hits:
             raise refusal(path, hits[0][0], hits[0][1])
         # Clean now, so clean for as long as nothing changes it (a later window starts
@@ -197,7 +234,7 @@ def accept(sources) -> tuple:
             if not isinstance(path, str) or not path.startswith("/"):
                 continue
             steps = way(path)
-            hit = _hits(windows, path, sha, steps)
+            hit = _hits(windows, path, sha, steps) or (not _noted(dir_fd, path, steps) and _moved_in(windows, steps))
             if not hit or accepted(dir_fd, path, sha, steps):
                 continue
             if _note(dir_fd, path, sha, steps):

@@ -123,7 +123,15 @@ def plan_for_policy(policy, backend, network, now, cwd: str, compile) -> dict:
             first = ((ref, policy_state(ref)),)
             check_taints(dir_fd, first)
             journal_check.check_sources(dir_fd, first)
-        entry = dict(compile(policy, backend, network, environ, cwd), v=ENTRY_VERSION)
+        def gate(path: str) -> None:
+            # Each source, every extends target included, before the compiler reads a
+            # byte of it: a diagnostic would quote a planted one (a link to a secret).
+            if path.startswith("/"):
+                here = ((path, policy_state(path)),)
+                check_taints(dir_fd, here)
+                journal_check.check_sources(dir_fd, here)
+
+        entry = dict(compile(policy, backend, network, environ, cwd, gate if dir_fd >= 0 else None), v=ENTRY_VERSION)
         if dir_fd >= 0:
             # The digests were just read by the compiler: what the plan is made of. A file
             # a sandboxed run could have written since its last acceptance (the journal)

@@ -230,10 +230,24 @@ def ensure_reserve(dir_fd: int) -> None:
 
 def policy_state(path: str) -> str:
     """sha256 of the regular file at ``path``; "" when there is none (what discovery, which
-    takes regular files only, would not find). O_NONBLOCK: a FIFO planted under the name
-    must not hang sbxc."""
+    takes regular files only, would not find). Only a regular file is opened for reading:
+    a sandboxed command can link the name to a device (opening one runs its driver: a
+    watchdog reboots the host, a serial port raises DTR) or a FIFO. O_PATH opens the name
+    alone; what it names is then opened through /proc/self/fd, the same inode."""
+    o_path = getattr(os, "O_PATH", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        if o_path:
+            pfd = os.open(path, o_path | os.O_CLOEXEC)
+            try:
+                if (os.fstat(pfd).st_mode & 0o170000) != 0o100000:
+                    return ""
+                fd = os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_CLOEXEC)
+            finally:
+                os.close(pfd)
+        else:  # macOS: stat first, then a non-blocking open that takes no terminal
+            if (os.stat(path).st_mode & 0o170000) != 0o100000:
+                return ""
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as e:
         _raise_if_sbxc_failed(e)
         return ""
