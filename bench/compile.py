@@ -58,7 +58,7 @@ def main() -> int:
 
     from sbxc.backends import BACKENDS
     from sbxc.compiler.api import compile_policy
-    from sbxc.compiler.report import lower_all
+    from sbxc.commands.build import lower_all
     from sbxc.runtime.probe import probe_host
 
     host = probe_host(full=False)

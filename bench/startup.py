@@ -92,26 +92,26 @@ def raw_bwrap(sbxc: str, project: str, work: str, env: dict, cmd: str, backend_f
     """A function running bwrap with exactly the options sbxc's bwrap runner builds for the
     project's plan (the same masks, the same seccomp program through a pipe, the same
     environment), with fresh descriptors each time."""
-    from sbxc.runtime import bwrap_run, cachedir, launch, plancache
+    from sbxc.runtime import bwrap_run, cachedir, launch, planload, planstore, spec
 
     plan_path = os.path.join(work, "plan-bwrap.json")
     _, rc, _, _ = spawn([sbxc, "compile", "--backend", "bwrap", "-o", plan_path], env, cwd=project)
     if rc != 0:
         sys.exit("sbxc compile failed")
-    pf = plancache.load_planfile(plan_path)
+    pf = planload.load_planfile(plan_path)
     rt = pf["runtime"]
 
     def run(wrap=()):
         cache = cachedir.prepare(rt["cache"], project=rt["project"])
         cmd_env = launch.build_env(rt, env, cache.env)
-        ctx = launch.Context(project=rt["project"], cwd=project, uid=os.getuid(), is_root=os.geteuid() == 0,
-                             network=rt["network"], cache=cache, plans_dir=plancache.plans_dir(),
+        ctx = spec.Context(project=rt["project"], cwd=project, uid=os.getuid(), is_root=os.geteuid() == 0,
+                             network=rt["network"], cache=cache, plans_dir=planstore.plans_dir(),
                              warn=print, environ=env)
-        spec = bwrap_run.prepare(pf, [cmd], cmd_env, ctx)
+        ls = bwrap_run.prepare(pf, [cmd], cmd_env, ctx)
         try:
-            return spawn(spec.argv, spec.env, spec.pass_fds, cwd=project, wrap=wrap)
+            return spawn(ls.argv, ls.env, ls.pass_fds, cwd=project, wrap=wrap)
         finally:
-            for fn in spec.cleanups:
+            for fn in ls.cleanups:
                 fn()
             cache.cleanup()
 

@@ -7,7 +7,7 @@ import os
 import re
 from typing import Optional
 
-from sbxc.compiler.normalize import HostPaths, PathStat
+from sbxc.compiler.hostpaths import HostPaths, PathStat
 from sbxc.hostfacts import HostFacts
 
 # What the world outside the case's tree looks like: the same on every test machine.

@@ -3,8 +3,14 @@ giving files to other users) carry the ``root_only`` marker. CI runs the suite a
 again as an unprivileged user; in the unprivileged pass they are deselected, not skipped,
 and the summary says how many and why."""
 import os
+import sys
 
 import pytest
+
+# Test modules in any folder import the shared helpers as ``support.NAME`` (tests/support/).
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
 
 _DESELECTED = []
 

@@ -174,3 +174,14 @@ def test_mask_under_tmpfs_is_mounted_in_the_tmpfs():
     assert ("--remount-ro", "/tmp/home") in o
     by = {v.subject: v.status for v in low.verdicts}
     assert by["mask /tmp/home"] == "enforced" and by["mask /tmp/gone"] == "partial"
+
+
+@pytest.mark.parametrize("abi, status", [(6, "enforced"), (5, "partial"), (0, "partial")])
+def test_abstract_socket_verdict_follows_landlock_abi(abi, status):
+    import dataclasses
+
+    low = bwrap.lower(plan([rule("/", "read")], net="on"), dataclasses.replace(host(), landlock_abi=abi))
+    got = [v for v in low.verdicts if v.subject == "abstract unix sockets"]
+    assert [v.status for v in got] == [status]
+    off = bwrap.lower(plan([rule("/", "read")], net="off"), dataclasses.replace(host(), landlock_abi=abi))
+    assert not [v for v in off.verdicts if v.subject == "abstract unix sockets"]

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from sbxc import cache
-from sbxc.runtime import cachedir
+from sbxc.runtime import cachedir, trees
 from sbxc.runtime.errors import Refusal
 
 UID = os.getuid()
@@ -310,7 +310,7 @@ def test_empty_dir_handles_read_only_and_links(base):
     (d / "l").symlink_to(victim)
     fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        cachedir.empty_dir(fd)
+        trees.empty_dir(fd)
     finally:
         os.close(fd)
     assert os.listdir(d) == []
@@ -327,7 +327,7 @@ def test_disk_usage_agrees_with_du(base):
     (d / "ln").symlink_to("/usr")
     fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        nbytes, unreadable = cachedir.disk_usage(fd)
+        nbytes, unreadable = trees.disk_usage(fd)
     finally:
         os.close(fd)
     du = int(subprocess.run(["du", "-sk", str(d)], capture_output=True, text=True, check=True).stdout.split()[0])
@@ -385,7 +385,7 @@ def test_stale_unlocked_throwaways_are_reaped_fresh_or_locked_ones_kept(base):
             if os.path.lexists(p):
                 fd = os.open(os.path.dirname(p), os.O_PATH | os.O_DIRECTORY)
                 try:
-                    cachedir.remove_tree(fd, os.path.basename(p))
+                    trees.remove_tree(fd, os.path.basename(p))
                 finally:
                     os.close(fd)
 

@@ -106,7 +106,7 @@ def test_root_without_namespaces_has_no_landlock_backend():
 
 
 def test_doctor_namespace_line_matches_this_host():
-    from sbxc.runtime.landlock_run import namespace_errno
+    from sbxc.runtime.landlock_reaper import namespace_errno
 
     if probe.landlock_abi() <= 0:
         pytest.skip("no Landlock here: doctor prints no namespace line")

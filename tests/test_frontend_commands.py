@@ -161,7 +161,7 @@ def test_print_config_json(case):
 
 def test_schema_matches_the_loader(tmp_path):
     """Every key the loader accepts is in the schema and the reverse, at every level."""
-    from sbxc.compiler.validate import json_schema, schema
+    from sbxc.compiler.settings import json_schema, schema
 
     js = json_schema()
 

@@ -201,11 +201,11 @@ def test_builtin_default_is_exactly_the_contract(tmp_path):
 
 @pytest.fixture(params=["libyaml", "python"])
 def either_loader(request, monkeypatch):
-    from sbxc.compiler import frontend
+    from sbxc.compiler import yamltree
 
     if request.param == "python":
-        monkeypatch.setattr(frontend, "_LOADER", frontend._PolicyLoader)
-    elif frontend._LOADER is frontend._PolicyLoader:
+        monkeypatch.setattr(yamltree, "_LOADER", yamltree._PolicyLoader)
+    elif yamltree._LOADER is yamltree._PolicyLoader:
         pytest.skip("libyaml 0.2.5+ is not available here")
     return request.param
 

@@ -70,7 +70,8 @@ def _backend_text(name, data) -> str:
 
 
 def outputs(case: str, tmp_path) -> dict[str, str]:
-    from sbxc.backends import _MODULES, lower
+    from sbxc.backends import _MODULES
+    from sbxc.commands.build import lower
     from sbxc.commands import compile as compile_cmd
     from sbxc.compiler.api import compile_policy
 

@@ -8,17 +8,18 @@ import sys
 
 import pytest
 
-from sbxc.runtime import errors, launch
+from sbxc.commands import exec as exec_cmd
+from sbxc.runtime import errors, launch, planload, staleness, supervise
 from sbxc.runtime.errors import Refusal
 
 
 def test_parse_args_command_after_dashdash_is_untouched():
-    a = launch.parse_args(["--policy", "p.yaml", "--network=false", "--", "--bind", "/", "/x"])
+    a = exec_cmd.parse_args(["--policy", "p.yaml", "--network=false", "--", "--bind", "/", "/x"])
     assert a.policy == "p.yaml" and a.network == "off" and a.cmd == ["--bind", "/", "/x"]
-    a = launch.parse_args(["--plan=f.json", "--backend", "bwrap", "echo", "--network"])
+    a = exec_cmd.parse_args(["--plan=f.json", "--backend", "bwrap", "echo", "--network"])
     assert a.plan == "f.json" and a.backend == "bwrap" and a.cmd == ["echo", "--network"] and a.network is None
-    assert launch.parse_args(["--network", "--", "x"]).network == "on"
-    assert launch.parse_args(["--network=TRUE", "--", "x"]).network == "on"
+    assert exec_cmd.parse_args(["--network", "--", "x"]).network == "on"
+    assert exec_cmd.parse_args(["--network=TRUE", "--", "x"]).network == "on"
 
 
 @pytest.mark.parametrize("argv", [
@@ -27,7 +28,7 @@ def test_parse_args_command_after_dashdash_is_untouched():
 ])
 def test_parse_args_refusals(argv):
     with pytest.raises(Refusal):
-        launch.parse_args(argv)
+        exec_cmd.parse_args(argv)
 
 
 @pytest.mark.parametrize("pat,name,ok", [
@@ -72,31 +73,31 @@ def test_recheck_paths(tmp_path):
     d.mkdir()
     f = tmp_path / "f"
     f.write_text("x")
-    launch.recheck_paths([[str(d), "dir", "read"], [str(f), "file", "mask"]])
+    staleness.recheck_paths([[str(d), "dir", "read"], [str(f), "file", "mask"]])
     with pytest.raises(Refusal, match="now a file"):
-        launch.recheck_paths([[str(f), "dir", "read"]])
+        staleness.recheck_paths([[str(f), "dir", "read"]])
     with pytest.raises(Refusal, match="no longer exists"):
-        launch.recheck_paths([[str(tmp_path / "gone"), "dir", "read"]])
+        staleness.recheck_paths([[str(tmp_path / "gone"), "dir", "read"]])
     link = tmp_path / "link"
     link.symlink_to(d)
     with pytest.raises(Refusal, match="symlink"):
-        launch.recheck_paths([[str(link), "dir", "read"]])
+        staleness.recheck_paths([[str(link), "dir", "read"]])
     (d / "sub").mkdir()
     real = tmp_path / "real"
     d.rename(real)
     (tmp_path / "d").symlink_to(real)
     with pytest.raises(Refusal, match="on the way"):
-        launch.recheck_paths([[str(tmp_path / "d" / "sub"), "dir", "read"]])
+        staleness.recheck_paths([[str(tmp_path / "d" / "sub"), "dir", "read"]])
 
 
 def test_host_mismatch():
     env = {"HOME": "/home/x"}
     u = os.uname()
     facts = {"platform": "linux" if u.sysname == "Linux" else "darwin", "arch": u.machine, "uid": os.getuid(), "home": "/home/x"}
-    assert launch.host_mismatch(facts, env) == ""
-    assert "uid" in launch.host_mismatch(dict(facts, uid=os.getuid() + 1), env)
-    assert "home" in launch.host_mismatch(dict(facts, home="/elsewhere"), env)
-    assert launch.host_mismatch(dict(facts, arch="sparc"), env)
+    assert staleness.host_mismatch(facts, env) == ""
+    assert "uid" in staleness.host_mismatch(dict(facts, uid=os.getuid() + 1), env)
+    assert "home" in staleness.host_mismatch(dict(facts, home="/elsewhere"), env)
+    assert staleness.host_mismatch(dict(facts, arch="sparc"), env)
 
 
 def test_launch_refuses_sandbox_exec_on_linux(capsys):
@@ -107,13 +108,14 @@ def test_launch_refuses_sandbox_exec_on_linux(capsys):
 
 
 def test_hint_is_a_constant_line():
-    assert launch.NETWORK_HINT.endswith("\n") and launch.NETWORK_HINT.count("\n") == 1
-    assert all(p == p.lower() for p in launch.NETWORK_PATTERNS)
+    assert supervise.NETWORK_HINT.endswith("\n") and supervise.NETWORK_HINT.count("\n") == 1
+    assert all(p == p.lower() for p in supervise.NETWORK_PATTERNS)
 
 
 def test_exec_hot_path_imports():
-    code = ("import sys, sbxc.cli, sbxc.runtime.launch, sbxc.runtime.plancache, sbxc.runtime.bwrap_run, "
-            "sbxc.runtime.cachedir, sbxc.runtime.errors\n"
+    code = ("import sys, sbxc.cli, sbxc.commands.exec, sbxc.runtime.launch, sbxc.runtime.plancache, sbxc.runtime.bwrap_run, "
+            "sbxc.runtime.cachedir, sbxc.runtime.errors, sbxc.runtime.landlock_run, sbxc.runtime.supervise, "
+            "sbxc.runtime.staleness, sbxc.runtime.planstore, sbxc.runtime.planload, sbxc.discovery\n"
             "bad = [m for m in ('re', 'json', 'argparse', 'subprocess', 'dataclasses', 'fnmatch', 'yaml', 'lark', "
             "'pyseccomp', 'hashlib', 'enum', 'signal') if m in sys.modules]\nprint(','.join(bad))")
     p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,
@@ -134,24 +136,24 @@ def _plan_at(folder, mode=0o644):
 
 def test_plan_location_ok_outside_the_current_folder(tmp_path):
     plan = _plan_at(tmp_path / "plans")
-    launch.check_plan_location(os.path.realpath(plan), str(tmp_path / "project"))
+    planload.check_plan_location(os.path.realpath(plan), str(tmp_path / "project"))
 
 
 def test_plan_location_refusals(tmp_path):
     real = os.path.realpath
     with pytest.raises(Refusal, match="current folder's tree"):
-        launch.check_plan_location(real(_plan_at(tmp_path / "proj" / "sub")), real(str(tmp_path / "proj")))
+        planload.check_plan_location(real(_plan_at(tmp_path / "proj" / "sub")), real(str(tmp_path / "proj")))
     with pytest.raises(Refusal, match="writable by others"):
-        launch.check_plan_location(real(_plan_at(tmp_path / "gw", 0o664)), "/nonexistent")
+        planload.check_plan_location(real(_plan_at(tmp_path / "gw", 0o664)), "/nonexistent")
     shared = tmp_path / "shared"
     plan = _plan_at(shared)
     os.chmod(shared, 0o777)  # writable by others, not sticky: anyone could swap the file
     with pytest.raises(Refusal, match="writable by others and not sticky"):
-        launch.check_plan_location(real(plan), "/nonexistent")
+        planload.check_plan_location(real(plan), "/nonexistent")
     os.chmod(shared, 0o1777)  # sticky: the caller's own file in it is fine
-    launch.check_plan_location(real(plan), "/nonexistent")
+    planload.check_plan_location(real(plan), "/nonexistent")
     with pytest.raises(Refusal, match="not a plan file"):
-        launch.check_plan_location(real(str(tmp_path)), "/nonexistent")
+        planload.check_plan_location(real(str(tmp_path)), "/nonexistent")
 
 
 @pytest.mark.root_only  # giving a file to another user
@@ -159,8 +161,25 @@ def test_plan_location_other_owner(tmp_path):
     plan = _plan_at(tmp_path / "theirs")
     os.chown(plan, 65534, 65534)
     with pytest.raises(Refusal, match="owned by uid 65534"):
-        launch.check_plan_location(os.path.realpath(plan), "/nonexistent")
+        planload.check_plan_location(os.path.realpath(plan), "/nonexistent")
     os.chown(plan, 0, 0)
     os.chown(tmp_path / "theirs", 65534, 65534)
     with pytest.raises(Refusal, match="on the way to the plan"):
-        launch.check_plan_location(os.path.realpath(plan), "/nonexistent")
+        planload.check_plan_location(os.path.realpath(plan), "/nonexistent")
+
+
+def test_recheck_paths_folders_checked_once_still_see_every_link(tmp_path):
+    """The folders on the way are looked at once per check for all rules: a link deeper on
+    the way of a later rule, below folders an earlier rule passed, is still found; and a
+    refusal names the rule of the path it is about."""
+    (tmp_path / "a" / "ok").mkdir(parents=True)
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "a" / "b").symlink_to(tmp_path / "real")
+    ok = [str(tmp_path / "a" / "ok"), "dir", "read", "/p/sandbox.policy.yaml:5:7", "/x/ok"]
+    bad = [str(tmp_path / "a" / "b" / "sub"), "dir", "write", "/p/sandbox.policy.yaml:6:9", "{project}/b/sub"]
+    staleness.recheck_paths([ok])
+    with pytest.raises(Refusal) as e:
+        staleness.recheck_paths([ok, bad], "/p")
+    assert "on the way to" in e.value.cause and 'rule sandbox.policy.yaml:6:9 "write {project}/b/sub"' in e.value.cause
+    # control: resolved one by one, as realpath does, the answer is the same
+    assert os.path.realpath(bad[0]) != bad[0] and os.path.realpath(ok[0]) == ok[0]

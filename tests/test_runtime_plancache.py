@@ -4,7 +4,8 @@ from __future__ import annotations
 import os
 import stat
 
-from sbxc.runtime import plancache
+from sbxc import discovery
+from sbxc.runtime import plancache, planstore
 
 
 def test_entries_round_trip_and_are_private(tmp_path):
@@ -12,26 +13,26 @@ def test_entries_round_trip_and_are_private(tmp_path):
     d.mkdir(mode=0o700)
     fd = os.open(str(d), os.O_PATH | os.O_DIRECTORY)
     try:
-        plancache._write_entry(fd, "p-abc", {"v": plancache.ENTRY_VERSION, "plan": {"x": [1, "y"]}})
-        assert plancache._read_entry(fd, "p-abc")["plan"] == {"x": [1, "y"]}
+        planstore.write_entry(fd, "p-abc", {"v": plancache.ENTRY_VERSION, "plan": {"x": [1, "y"]}})
+        assert planstore.read_entry(fd, "p-abc", plancache.ENTRY_VERSION)["plan"] == {"x": [1, "y"]}
         assert stat.S_IMODE(os.stat(d / "p-abc").st_mode) == 0o600
         # a symlink in place of an entry is never followed
         os.symlink("/etc/passwd", str(d / "p-link"))
-        assert plancache._read_entry(fd, "p-link") is None
+        assert planstore.read_entry(fd, "p-link", plancache.ENTRY_VERSION) is None
         # garbage is a miss, not a crash
         (d / "p-bad").write_bytes(b"\x00garbage")
-        assert plancache._read_entry(fd, "p-bad") is None
+        assert planstore.read_entry(fd, "p-bad", plancache.ENTRY_VERSION) is None
         # another entry version is a miss
-        plancache._write_entry(fd, "p-old", {"v": 0, "plan": {}})
-        assert plancache._read_entry(fd, "p-old") is None
+        planstore.write_entry(fd, "p-old", {"v": 0, "plan": {}})
+        assert planstore.read_entry(fd, "p-old", plancache.ENTRY_VERSION) is None
         assert not [n for n in os.listdir(d) if n.startswith(".tmp-")]
     finally:
         os.close(fd)
 
 
 def test_folder_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(plancache, "MAX_ENTRIES", 10)
-    monkeypatch.setattr(plancache, "KEEP_ENTRIES", 6)
+    monkeypatch.setattr(planstore, "MAX_ENTRIES", 10)
+    monkeypatch.setattr(planstore, "KEEP_ENTRIES", 6)
     d = tmp_path / "plans"
     d.mkdir(mode=0o700)
     fd = os.open(str(d), os.O_PATH | os.O_DIRECTORY)
@@ -39,7 +40,7 @@ def test_folder_is_bounded(tmp_path, monkeypatch):
         for i in range(11):
             (d / f"p-{i:02d}").write_bytes(b"")
             os.utime(d / f"p-{i:02d}", ns=(i * 10**9, i * 10**9))
-        plancache._write_entry(fd, "p-new", {"v": plancache.ENTRY_VERSION, "plan": {}})
+        planstore.write_entry(fd, "p-new", {"v": plancache.ENTRY_VERSION, "plan": {}})
         names = sorted(os.listdir(d))
         assert len(names) == 6 and "p-new" in names and "p-00" not in names
     finally:
@@ -61,14 +62,14 @@ def test_policy_ref_matches_compiler_discovery(tmp_path):
 def test_candidates_and_policy_state(tmp_path):
     from sbxc.runtime import plancache
 
-    assert plancache.candidates("/a/b") == ["/a/b/sandbox.policy.yaml", "/a/sandbox.policy.yaml", "/sandbox.policy.yaml"]
-    assert plancache.candidates("/a/b", "/a/sandbox.policy.yaml") == ["/a/b/sandbox.policy.yaml"]
-    assert plancache.candidates("/") == ["/sandbox.policy.yaml"]
+    assert discovery.candidates("/a/b") == ["/a/b/sandbox.policy.yaml", "/a/sandbox.policy.yaml", "/sandbox.policy.yaml"]
+    assert discovery.candidates("/a/b", "/a/sandbox.policy.yaml") == ["/a/b/sandbox.policy.yaml"]
+    assert discovery.candidates("/") == ["/sandbox.policy.yaml"]
     f = tmp_path / "p.yaml"
-    assert plancache.policy_state(str(f)) == ""
+    assert planstore.policy_state(str(f)) == ""
     f.write_text("x")
-    assert len(plancache.policy_state(str(f))) == 64
+    assert len(planstore.policy_state(str(f))) == 64
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)  # planted under the policy's name: must not hang, and is no policy
-    assert plancache.policy_state(str(fifo)) == ""
-    assert plancache.policy_state(str(tmp_path)) == ""
+    assert planstore.policy_state(str(fifo)) == ""
+    assert planstore.policy_state(str(tmp_path)) == ""

@@ -11,7 +11,7 @@ from sbxc.backends.sbpl import MAX_PATH_BYTES, lower, sbpl_string, Unrepresentab
 from sbxc.compiler.plan import (
     CachePlan, EnvPlan, LandlockPlan, NetRule, Network, PathRule, Plan, Span, SyscallPlan, fs_sort_key,
 )
-from sbxc.compiler.sbpl_eval import Filter, load, runtime_params, tokenize
+from support.sbpl_eval import Filter, load, runtime_params, tokenize
 from sbxc.hostfacts import HostFacts
 
 HOST = HostFacts(platform="darwin", arch="arm64", uid=501, gid=20, home="/Users/u")
@@ -276,7 +276,7 @@ def test_read_rule_under_write_that_cannot_be_written_refuses():
 
 
 def test_evaluator_rejects_what_it_does_not_understand():
-    from sbxc.compiler.sbpl_eval import ProfileError
+    from support.sbpl_eval import ProfileError
 
     for text in ['(version 1)\n(deny default)\n(allow file-read* (subpath "a\\nb"))',
                  "(version 1)\n(deny default)\n(allow file-read* (vnode-type REGULAR-FILE))",

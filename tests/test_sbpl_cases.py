@@ -16,7 +16,7 @@ import pytest
 from sbxc.backends.sbpl import lower
 from sbxc.compiler.decide import OPS
 from sbxc.compiler.plan import Network, NetRule, Span
-from sbxc.compiler.sbpl_eval import disagreement, load, runtime_params
+from support.sbpl_eval import disagreement, load, runtime_params
 
 from test_sbpl_backend import CACHE_DIR, CACHE_ROOT, HOME, HOST, PROJ, default_like, make_plan, rule
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from sbxc.backends.sbpl import lower
 from sbxc.compiler.decide import OPS, decide
-from sbxc.compiler.sbpl_eval import Filter, disagreement, load, profile_allows, runtime_params
+from support.sbpl_eval import Filter, disagreement, load, profile_allows, runtime_params
 
 from test_sbpl_backend import HOST, PROJ, make_plan, rule
 
@@ -107,7 +107,7 @@ def test_any_path_is_refused_narrowed_or_exact(path, access, kind, parent):
 @given(st.text(max_size=40))
 def test_sbpl_string_reads_back_or_refuses(text):
     from sbxc.backends.sbpl import Unrepresentable, sbpl_string
-    from sbxc.compiler.sbpl_eval import tokenize
+    from support.sbpl_eval import tokenize
 
     try:
         lit = sbpl_string(text)

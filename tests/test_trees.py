@@ -205,3 +205,23 @@ def test_configured_program_is_checked(tmp_path):
     # the real path is what is checked and what runs
     assert probe.host_program("bwrap", {"PATH": "/x", "SBXC_BWRAP": str(link / "bwrap")})[0] == str(prog.resolve())
     assert "absolute" in probe.host_program("bwrap", {"SBXC_BWRAP": "bwrap"})[1]
+
+
+def test_real_paths_agree_with_realpath(tmp_path):
+    """The shared-folder resolver gives realpath's answer for links of every kind."""
+    from sbxc.runtime.safeopen import real_paths
+
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "real" / "sub" / "f").write_text("x")
+    (tmp_path / "abs").symlink_to(tmp_path / "real")
+    (tmp_path / "rel").symlink_to("real/sub")
+    (tmp_path / "up").symlink_to("real/sub/../sub")
+    (tmp_path / "chain").symlink_to("abs")
+    (tmp_path / "dangling").symlink_to("nowhere/at/all")
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "real" / "sub" / "back").symlink_to("../..")
+    t = str(tmp_path)
+    paths = [t + p for p in ("/real/sub/f", "/abs/sub/f", "/rel/f", "/up/f", "/chain/sub", "/dangling/x",
+                             "/missing/a/b", "/real/sub/back/abs/sub/f", "/abs", "/", "/real/./sub", "/loop/x")]
+    paths += ["/", "/usr/bin", "/proc/self"]
+    assert real_paths(paths) == [os.path.realpath(p) for p in paths]

@@ -1,2 +1,2 @@
 """sbxc: a declarative sandbox policy compiler for Linux and macOS."""
-__version__ = "0.1.0"
+from .layout import VERSION as __version__  # noqa: F401

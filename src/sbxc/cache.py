@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import os
 
+from .layout import CACHE_MARKER_SUFFIX as MARKER_SUFFIX, CACHE_ROOT_TEMPLATE as ROOT_TEMPLATE  # noqa: F401
+
 # Tool name (as written in ``cache.tools``) -> the variables that point it at its cache.
 # Each variable gets its own subfolder of the project's cache (``SUBDIRS``), so two tools
 # never share a folder layout they did not agree on.
@@ -49,9 +51,6 @@ SUBDIRS: dict[str, str] = {
 
 DEFAULT_TOOLS: tuple[str, ...] = tuple(TOOLS)
 """What ``cache.tools`` means when the policy does not set it: every tool."""
-
-ROOT_TEMPLATE = "/var/tmp/sbxc-{uid}"
-MARKER_SUFFIX = ".project"
 
 # Readable part of a project id: at most this many characters of the folder's name.
 _NAME_MAX = 40

@@ -21,7 +21,7 @@ Per-session workspaces (`sbxc session`, `exec --session`) are not part of this v
 
 # command name -> (module, function); each function takes the remaining argv, returns the exit code
 COMMANDS = {
-    "exec": ("sbxc.runtime.launch", "exec_entry"),  # exec_main, then os._exit (no teardown)
+    "exec": ("sbxc.commands.exec", "exec_entry"),  # exec_main, then os._exit (no teardown)
     "compile": ("sbxc.commands.compile", "main"),
     "print-config": ("sbxc.commands.print_config", "main"),
     "schema": ("sbxc.commands.schema", "main"),
@@ -44,8 +44,12 @@ def main(argv=None) -> int:
     if entry is None:
         sys.stderr.write(f"sbxc: unknown command {argv[0]!r}\n{USAGE}")
         return 2
-    module = __import__(entry[0], fromlist=[entry[1]])
+    if argv[0] == "exec":
+        # exec words its own failures (125 before the command ran, the command's status
+        # after) and leaves through os._exit: nothing of it comes back here.
+        return __import__(entry[0], fromlist=[entry[1]]).exec_entry(argv[1:])
     try:
+        module = __import__(entry[0], fromlist=[entry[1]])
         rc = getattr(module, entry[1])(argv[1:])
         sys.stdout.flush()  # output still buffered would otherwise fail at exit, unhandled
         return rc
@@ -58,6 +62,18 @@ def main(argv=None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + 13
+    except Exception as e:
+        # A user's mistake is a diagnostic (exit 1) or a usage error (2); an exception is
+        # sbxc's own bug: one line, exit 3, so no script takes it for a policy with errors
+        # and no one reads a traceback as the policy's fault (docs/decisions.md).
+        from .layout import INTERNAL_ERROR
+        from .runtime.errors import one_line
+
+        try:
+            sys.stderr.write(f"sbxc: internal error: {type(e).__name__}: {one_line(str(e), 300)}; please report this\n")
+        except OSError:
+            pass
+        return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

@@ -33,3 +33,14 @@ class HostFacts:
     @classmethod
     def from_dict(cls, data: dict) -> "HostFacts":
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def listing_digest(entries) -> str:
+    """A fingerprint of one folder's entries as ``dir_listings`` gives them. A plan built on
+    a listing (Landlock grants a folder's entries one by one) is stale once it changes."""
+    try:  # the builtin module: hashlib's OpenSSL bindings cost milliseconds of imports
+        from _sha256 import sha256
+    except ImportError:
+        from hashlib import sha256
+    text = "\0".join(f"{name}\1{kind}" for name, kind in sorted(entries))
+    return sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:32]

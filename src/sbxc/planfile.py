@@ -22,14 +22,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from . import __version__
-from .compiler.plan import Plan
-from .hostfacts import HostFacts
+from .layout import PLAN_FORMAT as FORMAT, VERSION
 
-FORMAT = "sbxc-plan/1"
+# A leaf: the plan (sbxc.compiler.plan.Plan) and host facts (sbxc.hostfacts.HostFacts) come
+# in as objects; nothing here imports the compiler, so the runtime can import this module.
 
 
-def runtime_section(plan: Plan) -> dict:
+def runtime_section(plan) -> dict:
     """What the runtime needs whatever the backend: environment, cache, checks, network."""
     return {
         "project": plan.project,
@@ -47,17 +46,21 @@ def runtime_section(plan: Plan) -> dict:
         # compile time makes the run refuse (125); so does a masked path that was missing
         # then and exists now (the plan has nothing to hide it with). Not the cache's rules:
         # runtime/cachedir checks those folders itself and falls back to a throwaway cache.
-        "checks": [[r.path, r.kind, r.access] for r in plan.fs if r.origin != "cache"],
+        # Each entry: [path, kind, access, span of its rule ("file:line:col", "" for an
+        # implied rule without a place), the path as the rule wrote it], so that a refusal
+        # names the rule. A runtime reads the first three of older plan files (no span).
+        "checks": [[r.path, r.kind, r.access, str(r.span) if r.span.line else "", r.written or r.path]
+                   for r in plan.fs if r.origin != "cache"],
         # Optional rules skipped because their path was missing: when one appears, a cached
         # plan is stale (compiled again), though running it would only grant less.
         "skipped": sorted({s.path for s in plan.skipped if s.path.startswith("/")}),
     }
 
 
-def build(plan: Plan, host: HostFacts, backend: str, lowered: dict, verdicts) -> dict:
+def build(plan, host, backend: str, lowered: dict, verdicts) -> dict:
     return {
         "format": FORMAT,
-        "sbxc": __version__,
+        "sbxc": VERSION,
         "backend": backend,
         "host": host.to_dict(),
         "sources": [list(s) for s in plan.sources],

@@ -54,7 +54,7 @@ def make_plan(rules, *, project: str, network: str = NET_ON, ports=(), unix: boo
 
 
 def planfile_for(plan: Plan, backend: str) -> dict:
-    from sbxc.backends import lower
+    from sbxc.commands.build import lower
     from sbxc.planfile import build
     from sbxc.runtime.probe import probe_host
 

@@ -53,6 +53,17 @@ def sbxc_argv(*args) -> list:
     return [PYTHON, "-m", "sbxc", *args]
 
 
+def own_code_rules(writable: str = "/var/tmp") -> str:
+    """Policy lines keeping sbxc's own code read-only for a test whose policy makes
+    ``writable`` writable: sbxc refuses to run when the command could rewrite the code it
+    runs from, and a copy of the checkout (or its venv) may lie there."""
+    lines = ""
+    for p in sorted({os.path.realpath(os.path.dirname(SRC)), os.path.realpath(sys.prefix)}):
+        if p.startswith(writable.rstrip("/") + "/"):
+            lines += f"  - read {p}\n"
+    return lines
+
+
 def base_env(home: str, extra=None) -> dict:
     env = {
         "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sbxc.runtime.launch import NETWORK_HINT
+from sbxc.runtime.supervise import NETWORK_HINT
 
 pytestmark = pytest.mark.live
 

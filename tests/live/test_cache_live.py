@@ -16,7 +16,7 @@ import time
 import pytest
 
 from sbxc import cache
-from sbxc.runtime import cachedir, probe
+from sbxc.runtime import cachedir, probe, trees
 
 pytestmark = pytest.mark.live
 
@@ -64,7 +64,7 @@ def ws():
                 os.chown(p, UID, -1, follow_symlinks=False)
     fd = os.open("/var/tmp", os.O_PATH | os.O_DIRECTORY)
     try:
-        cachedir.remove_tree(fd, os.path.basename(d))
+        trees.remove_tree(fd, os.path.basename(d))
     finally:
         os.close(fd)
 
@@ -256,14 +256,14 @@ def test_cache_variables_reach_only_the_sandboxed_command(ws, backend):
 def test_sbxc_own_environment_has_no_cache_variables(ws, backend, monkeypatch, capfd):
     """exec_main in this very process: afterwards our environment is unchanged, while the
     command it ran had the variables."""
-    from sbxc.runtime import launch
+    from sbxc.commands.exec import exec_main
 
     proj = ws.project("proj")
     for v in CACHE_VARS:
         monkeypatch.delenv(v, raising=False)
     monkeypatch.chdir(proj)
     before = dict(os.environ)
-    status = launch.exec_main(["--backend", backend, "--", "/bin/sh", "-c", "env > inside.env"])
+    status = exec_main(["--backend", backend, "--", "/bin/sh", "-c", "env > inside.env"])
     capfd.readouterr()
     assert status == 0
     assert dict(os.environ) == before

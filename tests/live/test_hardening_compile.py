@@ -17,7 +17,7 @@ import pytest
 
 from conftest import SANDBOX_PYTHON, base_env, run, sbxc_argv
 from sbxc import cache
-from sbxc.runtime import cachedir, probe
+from sbxc.runtime import cachedir, probe, safeopen, trees
 
 pytestmark = pytest.mark.live
 
@@ -85,7 +85,7 @@ def default_root_files():
     other = f"hardening-test-{tag}"
     made = []
     try:
-        plans_fd, _ = cachedir._open_or_make(root_fd, "plans", "plans", root + "/plans", UID, True)
+        plans_fd, _ = safeopen.open_owned(root_fd, "plans", "plans", root + "/plans", UID, True)
         os.close(plans_fd)
         os.mkdir(other, 0o700, dir_fd=root_fd)
         made.append(other)
@@ -97,7 +97,7 @@ def default_root_files():
         yield root, secret_plan, f"{root}/{other}"
     finally:
         for name in made:
-            cachedir.remove_tree(root_fd, name)
+            trees.remove_tree(root_fd, name)
         try:
             os.unlink(f"{root}/plans/zz-hardening-test-{tag}")
         except FileNotFoundError:
@@ -111,7 +111,7 @@ def custom_root():
     yield os.path.join(d, "cache-root")
     fd = os.open("/var/tmp", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        cachedir.remove_tree(fd, os.path.basename(d))
+        trees.remove_tree(fd, os.path.basename(d))
     finally:
         os.close(fd)
 

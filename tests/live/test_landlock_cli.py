@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from conftest import SANDBOX_PYTHON, base_env, run, sbxc_argv
+from conftest import SANDBOX_PYTHON, base_env, own_code_rules, run, sbxc_argv
 
 pytestmark = pytest.mark.live
 
@@ -52,7 +52,7 @@ def test_builtin_default_masks_credentials(ll):
 
 
 def test_plan_cache_not_writable_inside(ll):
-    from sbxc.runtime.plancache import plans_dir
+    from sbxc.runtime.planstore import plans_dir
 
     ll(DEFAULT, "true")
     d = plans_dir()
@@ -64,7 +64,7 @@ def test_plan_cache_not_writable_inside(ll):
 
     ctl = tempfile.mkdtemp(prefix="sbxc-ll-ctl-", dir="/var/tmp")
     try:
-        r = ll(DEFAULT + "filesystem:\n  - write /var/tmp\n", "sh", "-c",
+        r = ll(DEFAULT + "filesystem:\n  - write /var/tmp\n" + own_code_rules(), "sh", "-c",
                f"ls -A {d} >/dev/null 2>&1 && echo listed; touch {d}/planted && echo planted;"
                f"echo ok > {ctl}/f && echo ctl")
     finally:

@@ -227,13 +227,13 @@ def test_killed_run_folder_is_reaped_later(tree, tmp_path):
 
 
 def test_locked_run_folder_is_never_taken(tmp_path):
-    from sbxc.runtime import landlock_run
+    from sbxc.runtime import rundirs
 
     base = str(tmp_path)
-    path, lock_fd = landlock_run._make_run_dir(base)
+    path, lock_fd = rundirs.make_run_dir(base)
     later = time.time() + 3600
     try:
-        assert landlock_run.reap_run_dirs(base, now=later) == 0
+        assert rundirs.reap_run_dirs(base, now=later) == 0
         assert os.path.isdir(path)  # in use: kept however old it looks
     finally:
         os.close(lock_fd)
@@ -242,7 +242,7 @@ def test_locked_run_folder_is_never_taken(tmp_path):
     target.mkdir()
     (target / "keep").write_text("x")
     os.symlink(str(target), f"{base}/sbxc-run-{'0' * 16}")
-    assert landlock_run.reap_run_dirs(base, now=later) == 1
+    assert rundirs.reap_run_dirs(base, now=later) == 1
     assert not os.path.lexists(path)
     assert (target / "keep").read_text() == "x"
 

@@ -114,7 +114,7 @@ def test_killed_run_leaves_a_nasty_tmp_the_next_landlock_run_reaps(project, home
             p.wait()
     time.sleep(0.2)  # the reaper ends the command on sbxc's death
     assert os.path.isdir(run_dir), "the killed run should have left its per-run folder"
-    # a minute and more later: stale (cachedir.STALE_AFTER), unlocked
+    # a minute and more later: stale (rundirs.STALE_AFTER), unlocked
     old = time.time() - 3600
     os.utime(run_dir, (old, old))
     r = run(sbxc_argv("exec", "--backend", "landlock", "--", "/bin/sh", "-c", "echo next"), env=env, cwd=project)

@@ -55,3 +55,50 @@ def test_plan_file_refuses_when_a_masked_path_appeared(bwrap_works, project, hom
     assert r.rc == 125, r
     assert ".late" in r.err and "appeared after the plan was compiled" in r.err
     assert not os.path.exists(marker)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_refusal_names_the_rule_whose_path_changed(bwrap_works, project, home, tmp_path, backend):
+    """A run-time refusal from a plan's check points at the policy line, as a diagnostic does."""
+    out = os.path.join(project, "out")
+    os.mkdir(out)
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write("sbxc: 1\nextends: [builtin:default]\nfilesystem:\n  - write {project}/out\n")
+    plan = str(tmp_path / "plan.json")
+    env = base_env(home)
+    assert run(sbxc_argv("compile", "--backend", backend, "-o", plan), env=env, cwd=project).rc == 0
+    ok = run(sbxc_argv("exec", "--plan", plan, "--", "touch", os.path.join(out, "x")), env=env, cwd=project)
+    assert ok.rc == 0, ok  # control: the plan runs as compiled
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(out)
+    os.symlink(str(elsewhere), out)  # the write rule would now land outside the project
+    r = run(sbxc_argv("exec", "--plan", plan, "--", "touch", os.path.join(out, "y")), env=env, cwd=project)
+    assert r.rc == 125, r
+    assert f"{out} became a symlink since the plan was compiled (rule sandbox.policy.yaml:4:" in r.err, r
+    assert '"write {project}/out")' in r.err, r
+    assert not (elsewhere / "y").exists()
+
+
+def test_plan_file_of_an_earlier_version_without_spans_still_runs_and_refuses(bwrap_works, project, home, tmp_path):
+    """Plan files written before the checks carried spans: read as before, the refusal
+    without a rule."""
+    import json
+
+    out = os.path.join(project, "out")
+    os.mkdir(out)
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write("sbxc: 1\nextends: [builtin:default]\nfilesystem:\n  - write {project}/out\n")
+    plan = str(tmp_path / "plan.json")
+    env = base_env(home)
+    assert run(sbxc_argv("compile", "--backend", "bwrap", "-o", plan), env=env, cwd=project).rc == 0
+    with open(plan) as f:
+        pf = json.load(f)
+    pf["runtime"]["checks"] = [c[:3] for c in pf["runtime"]["checks"]]
+    with open(plan, "w") as f:
+        json.dump(pf, f)
+    assert run(sbxc_argv("exec", "--plan", plan, "--", "true"), env=env, cwd=project).rc == 0
+    shutil.rmtree(out)
+    os.symlink(str(tmp_path), out)
+    r = run(sbxc_argv("exec", "--plan", plan, "--", "true"), env=env, cwd=project)
+    assert r.rc == 125 and f"{out} became a symlink since the plan was compiled;" in r.err, r

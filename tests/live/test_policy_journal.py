@@ -133,11 +133,12 @@ def test_command_lowering_sbxc_limits_cannot_loosen_the_next_run(sbxc):
 
 HARNESS = r"""
 import sys
-from sbxc.runtime import launch
+from sbxc.runtime import planstore
 def fails(_watch):
     raise MemoryError("out of memory")
-launch.note_policy_changes = fails  # the post-run check fails as it would under a lowered RLIMIT_AS
-sys.exit(launch.exec_main(sys.argv[1:]))
+planstore.note_policy_changes = fails  # the post-run check fails as it would under a lowered RLIMIT_AS
+from sbxc.commands.exec import exec_main
+sys.exit(exec_main(sys.argv[1:]))
 """
 
 
@@ -302,7 +303,7 @@ def test_bounded_journal_only_widens():
     """Merging keeps every (time, place) a window covered covered, and stays bounded."""
     import random
 
-    from sbxc.runtime import journal
+    from sbxc.runtime import journal, journal_check
 
     rnd = random.Random(7)
     windows = []
@@ -315,9 +316,9 @@ def test_bounded_journal_only_widens():
     probes = [(rnd.choice(w[2]) + "/f", rnd.randrange(w[0], w[1])) for w in windows for _ in range(3)]
     merged = journal.bound(windows)
     assert len(merged) <= journal.MAX_WINDOWS
-    ws = [journal.Window(w[0], w[1], tuple(w[2])) for w in merged]
+    ws = [journal_check.Window(w[0], w[1], tuple(w[2])) for w in merged]
     for place, ctime in probes:
-        assert journal._covering(ws, place, ctime) is not None, (place, ctime)
+        assert journal_check._covering(ws, place, ctime) is not None, (place, ctime)
 
 
 def test_windows_file_appends_and_fails_closed_when_damaged(tmp_path):
@@ -325,14 +326,14 @@ def test_windows_file_appends_and_fails_closed_when_damaged(tmp_path):
     stands); anything else that does not parse makes every place suspect."""
     import marshal
 
-    from sbxc.runtime import journal
+    from sbxc.runtime import journal, journal_check
 
     d = tmp_path / "plans"
     d.mkdir(mode=0o700)
     fd = os.open(str(d), os.O_RDONLY | os.O_DIRECTORY)
     try:
-        journal._append_windows(fd, [[1, 2, ["/a"], []]])
-        journal._append_windows(fd, [[3, 4, ["/b"], []]])
+        journal.append_windows(fd, [[1, 2, ["/a"], []]])
+        journal.append_windows(fd, [[3, 4, ["/b"], []]])
         assert journal.load_windows(fd) == [[1, 2, ["/a"], []], [3, 4, ["/b"], []]]
         log = d / journal.WINDOWS_NAME
         body = marshal.dumps({"v": journal.JOURNAL_VERSION, "w": [[5, 6, ["/c"], []]]})

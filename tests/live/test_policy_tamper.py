@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conftest import base_env, run, sbxc_argv
+from conftest import base_env, own_code_rules, run, sbxc_argv
 
 pytestmark = pytest.mark.live
 
@@ -53,13 +53,13 @@ def accept_all(bwrap_works):
     test's own tmp paths, so only this test's entries go)."""
     paths = []
     yield paths.append
-    from sbxc.runtime import plancache
+    from sbxc.runtime import planstore
 
-    fd = plancache.open_plans_dir(create=False)
+    fd = planstore.open_plans_dir(create=False)
     if fd >= 0:
         try:
             for p in paths:
-                plancache.drop_taint(fd, p)
+                planstore.drop_taint(fd, p)
         finally:
             os.close(fd)
 
@@ -118,11 +118,11 @@ def test_a_taint_goes_when_the_caller_edits_the_file(sbxc, accept_all):
         f.write("sbxc: 1\nextends: [builtin:default]\nnetwork: false\n")
     r = _exec(home, project, "true")
     assert r.rc == 0, r
-    from sbxc.runtime import plancache
+    from sbxc.runtime import planstore
 
-    fd = plancache.open_plans_dir(create=False)
+    fd = planstore.open_plans_dir(create=False)
     try:
-        assert plancache.read_taint(fd, ppath) is None  # dropped, not just ignored
+        assert planstore.read_taint(fd, ppath) is None  # dropped, not just ignored
     finally:
         os.close(fd)
 
@@ -137,9 +137,9 @@ def test_a_taint_is_checked_on_a_cache_hit(sbxc, accept_all):
         f.write(POLICY)
     assert _exec(home, project, "true").rc == 0  # compiled and cached
     assert _exec(home, project, "true").rc == 0  # a hit
-    from sbxc.runtime import plancache
+    from sbxc.runtime import planstore
 
-    assert plancache.record_taints([(ppath, plancache.policy_state(ppath))])
+    assert planstore.record_taints([(ppath, planstore.policy_state(ppath))])
     _refused_as_written(_exec(home, project, "true"), ppath)
 
 
@@ -206,13 +206,13 @@ def test_taints_are_out_of_reach_with_a_custom_cache_root(sbxc, backend, tmp_pat
     import shutil
 
     from conftest import remove_project_cache
-    from sbxc.runtime import plancache
+    from sbxc.runtime import planstore
 
-    plans = plancache.plans_dir()
-    assert plancache.record_taints([(str(tmp_path / "probe.yaml"), "0" * 64)])
+    plans = planstore.plans_dir()
+    assert planstore.record_taints([(str(tmp_path / "probe.yaml"), "0" * 64)])
     root = f"/var/tmp/sbxc-test-root-{os.getpid()}-{backend}"
     policy = (f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\ncache:\n  root: {root}\n"
-              "filesystem:\n  - write /var/tmp\n")
+              "filesystem:\n  - write /var/tmp\n" + own_code_rules())
     droot = os.path.dirname(plans)
     cmd = (f"for f in {plans}/t-*; do [ -e \"$f\" ] && rm \"$f\" && echo removed; done; touch {plans}/x && echo touched; "
            f"mv {droot} {droot}.moved && echo moved; true")
@@ -221,11 +221,11 @@ def test_taints_are_out_of_reach_with_a_custom_cache_root(sbxc, backend, tmp_pat
         assert r.rc == 0, r
         assert "removed" not in r.out and "touched" not in r.out and "moved" not in r.out, r
         assert os.path.isdir(plans) and not os.path.exists(os.path.join(plans, "x"))
-        fd = plancache.open_plans_dir(create=False)
+        fd = planstore.open_plans_dir(create=False)
         try:
-            assert plancache.read_taint(fd, str(tmp_path / "probe.yaml")) == "0" * 64
+            assert planstore.read_taint(fd, str(tmp_path / "probe.yaml")) == "0" * 64
         finally:
-            plancache.drop_taint(fd, str(tmp_path / "probe.yaml"))
+            planstore.drop_taint(fd, str(tmp_path / "probe.yaml"))
             os.close(fd)
     finally:
         if os.path.isdir(droot + ".moved") and not os.path.exists(droot):
@@ -272,18 +272,18 @@ def test_oversized_policy_is_not_hashed_and_is_tainted(sbxc, accept_all):
 def test_taint_is_recorded_when_the_reserve_is_needed(sbxc, accept_all, monkeypatch):
     """A taint write that fails (a full disk) is retried after freeing the reserved space;
     only when that fails too does sbxc say it could not record it."""
-    from sbxc.runtime import plancache
+    from sbxc.runtime import planstore
 
-    fd = plancache.open_plans_dir()
+    fd = planstore.open_plans_dir()
     assert fd >= 0
     try:
-        plancache.ensure_reserve(fd)
-        assert os.stat(plancache.RESERVE_NAME, dir_fd=fd).st_size == plancache.RESERVE_BYTES
+        planstore.ensure_reserve(fd)
+        assert os.stat(planstore.RESERVE_NAME, dir_fd=fd).st_size == planstore.RESERVE_BYTES
     finally:
         os.close(fd)
     path = os.path.join(sbxc.project, "sandbox.policy.yaml")
     accept_all(path)
-    real_write = plancache._write_entry
+    real_write = planstore.write_entry
     calls = []
 
     def first_write_fails(dir_fd, name, entry, trim=True):
@@ -292,13 +292,13 @@ def test_taint_is_recorded_when_the_reserve_is_needed(sbxc, accept_all, monkeypa
             return False  # as ENOSPC would
         return real_write(dir_fd, name, entry, trim)
 
-    monkeypatch.setattr(plancache, "_write_entry", first_write_fails)
-    assert plancache.record_taints([(path, "0" * 64)])
-    fd = plancache.open_plans_dir()
+    monkeypatch.setattr(planstore, "write_entry", first_write_fails)
+    assert planstore.record_taints([(path, "0" * 64)])
+    fd = planstore.open_plans_dir()
     try:
-        assert plancache.read_taint(fd, path) == "0" * 64
+        assert planstore.read_taint(fd, path) == "0" * 64
         # the reserve was spent on it, then made again
-        assert os.stat(plancache.RESERVE_NAME, dir_fd=fd).st_size == plancache.RESERVE_BYTES
+        assert os.stat(planstore.RESERVE_NAME, dir_fd=fd).st_size == planstore.RESERVE_BYTES
     finally:
         os.close(fd)
 

@@ -7,11 +7,9 @@ touches the disk, the environment or the clock.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..layout import BACKENDS
+from .lowered import Lowered  # noqa: F401  (the registry's callers take it from here)
 
-from ..compiler.report import Verdict
-
-BACKENDS = ("bwrap", "landlock", "sandbox-exec")
 _MODULES = {
     "bwrap": "sbxc.backends.bwrap",
     "landlock": "sbxc.backends.landlock",
@@ -19,37 +17,21 @@ _MODULES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Lowered:
-    backend: str
-    data: dict
-    verdicts: tuple[Verdict, ...]
+def module_name(backend: str) -> str:
+    return _MODULES[backend]
+
+
+def _module(backend: str):
+    return __import__(_MODULES[backend], fromlist=["lower"])
+
+
+def listing_dirs(backend: str, plan) -> tuple:
+    """Folders whose entries ``backend`` needs (as ``HostFacts.listings``) to lower ``plan``;
+    the caller gathers them from the host before calling ``lower``."""
+    fn = getattr(_module(backend), "listing_dirs", None)
+    return tuple(fn(plan)) if fn is not None else ()
 
 
 def lower(backend: str, plan, host) -> Lowered:
-    module = __import__(_MODULES[backend], fromlist=["lower"])
-    # A backend may need host facts that depend on the plan (Landlock: the entries of
-    # folders it splits). ``complete_host`` gathers them at compile time, before the pure
-    # ``lower``; facts already present (golden tests) are kept.
-    complete = getattr(module, "complete_host", None)
-    if complete is not None:
-        host = complete(plan, host)
-    return module.lower(plan, host)
-
-
-def choose_backend(requested: str, host) -> tuple[str, str]:
-    """Resolve ``auto``: bwrap where it works here, else Landlock, else sandbox-exec on macOS.
-
-    Returns (backend, reason). An explicit choice is kept as it is; whether it can run here
-    is the runtime's question (it refuses with 125 when it cannot).
-    """
-    if requested != "auto":
-        return requested, "chosen by the policy or the command line"
-    if host.platform == "darwin":
-        return "sandbox-exec", "macOS"
-    if host.bwrap and host.userns:
-        return "bwrap", f"bwrap {host.bwrap_version or ''} works here (user namespaces allowed)".replace("  ", " ")
-    if host.landlock_abi > 0:
-        why = "bwrap is not installed" if not host.bwrap else "bwrap cannot create user namespaces here"
-        return "landlock", f"{why}; Landlock ABI {host.landlock_abi} is available"
-    return "bwrap", "neither bwrap with user namespaces nor Landlock works here (a run will refuse)"
+    """Pure: ``host`` already carries every fact the backend needs (see ``listing_dirs``)."""
+    return _module(backend).lower(plan, host)

@@ -18,14 +18,14 @@ may lose its listing.
 from __future__ import annotations
 
 from ..compiler.decide import decide
-from ..runtime.probe import listing_digest
+from ..hostfacts import listing_digest
 from ..compiler.plan import (
     KIND_DIR, KIND_MISSING, MASK, NET_OFF, NET_ON, NET_RULES, NONE, READ, TMPFS, WRITE,
     BUILTIN_SPAN, Plan, PathRule, below_range, is_within,
 )
-from ..compiler.report import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, Verdict, verdict
-from ..runtime import landlock_sys as ll
-from . import Lowered
+from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, Verdict, verdict
+from .. import landlock_abi as ll
+from .lowered import Lowered
 
 BACKEND = "landlock"
 
@@ -436,24 +436,3 @@ def lower(plan: Plan, host) -> Lowered:
         "seccomp": bpf.hex(),
     }
     return Lowered(BACKEND, data, tuple(L.verdicts))
-
-
-def complete_host(plan: Plan, host, lister=None):
-    """The host facts ``lower`` needs beyond the probe: listings of the folders it splits.
-
-    Called by ``sbxc.backends.lower`` at compile time (the one place here that reads the
-    disk, through ``sbxc.runtime.probe``); listings already in ``host`` are kept, so a
-    golden test can give them explicitly, or pass ``lister`` (folders -> listings in the
-    form of ``sbxc.runtime.probe.dir_listings``) to answer from a fake file system.
-    """
-    import dataclasses
-
-    if lister is None:
-        from ..runtime.probe import dir_listings as lister
-
-    have = {d for d, _ in (getattr(host, "listings", ()) or ())}
-    missing = [d for d in listing_dirs(plan) if d not in have]
-    if not missing or not dataclasses.is_dataclass(host) or "listings" not in host.__dataclass_fields__:
-        return host
-    listings = tuple(sorted(tuple(host.listings or ()) + tuple(lister(missing))))
-    return dataclasses.replace(host, listings=listings)

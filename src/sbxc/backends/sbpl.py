@@ -32,8 +32,8 @@ from ..compiler.plan import (
     KIND_MISSING, MASK, NET_OFF, NET_ON, NONE, READ, TMPFS, WRITE,
     BUILTIN_SPAN, Plan, PathRule, below_range, fs_sort_key,
 )
-from ..compiler.report import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, Verdict, verdict
-from . import Lowered
+from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, Verdict, verdict
+from .lowered import Lowered
 
 BACKEND = "sandbox-exec"
 

@@ -18,7 +18,8 @@ import os
 import sys
 
 from .. import cache as cachemod
-from ..runtime import cachedir
+from ..discovery import project_of
+from ..runtime import cachedir, trees
 from ._args import Parser, absolute_path, parse
 
 
@@ -32,16 +33,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 def find_project(start: str) -> str:
     """The project folder for ``start``: the nearest folder holding sandbox.policy.yaml (its
-    ``project:`` key aside), else ``start`` itself; as a real path."""
-    real = os.path.realpath(start)
-    d = real
-    while True:
-        if os.path.isfile(os.path.join(d, "sandbox.policy.yaml")):
-            return d
-        parent = os.path.dirname(d)
-        if parent == d:
-            return real
-        d = parent
+    ``project:`` key aside), else ``start`` itself; as a real path (``sbxc.discovery``)."""
+    return project_of(start)
 
 
 def policy_cache(project: str) -> tuple[str, str, bool] | None:
@@ -160,9 +153,9 @@ def clear(root: str, pid: str | None, uid: int) -> int:
         os.close(pfd)
         try:
             # Checked above as ours and no symlink; a command may have made it unreadable.
-            fd = cachedir.open_for_removal(root_fd, pid)
+            fd = trees.open_for_removal(root_fd, pid)
             try:
-                cachedir.empty_dir(fd)
+                trees.empty_dir(fd)
             finally:
                 os.close(fd)
         except OSError as e:

@@ -1,7 +1,8 @@
 """``sbxc compile [POLICY] [--check] [--backend B] [--strict] [--format json] [-o PLAN]``.
 
 Exit 0 clean (warnings allowed), 1 errors (including a rule the selected backend cannot
-enforce, and ``partial`` under ``--strict``), 2 usage.
+enforce, and ``partial`` under ``--strict``), 2 usage, 3 sbxc itself broke (a backend
+raised: its report says so, and no plan is written; see docs/decisions.md).
 """
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import os
 import sys
 
 from ..compiler.diagnostics import Diagnostic, diag, dumps_json, has_errors, render_json, render_text
-from ..compiler.report import NOT_ENFORCEABLE, PARTIAL, lower_all, render_report_text, report_json
+from ..compiler.report import NOT_ENFORCEABLE, PARTIAL, render_report_text, report_json
+from ..layout import BACKEND_CHOICES, INTERNAL_ERROR
+from ..runtime.errors import one_line
+from .build import lower_all
 
 
 from ._args import Parser as _Parser, parse
@@ -20,7 +24,7 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="sbxc compile", description="Check a policy and compile it to a plan.")
     p.add_argument("policy", nargs="?", help="policy file (default: sandbox.policy.yaml here or in a parent)")
     p.add_argument("--check", action="store_true", help="print diagnostics and the enforcement report")
-    p.add_argument("--backend", choices=("auto", "bwrap", "landlock", "sandbox-exec"))
+    p.add_argument("--backend", choices=BACKEND_CHOICES)
     p.add_argument("--network", nargs="?", const="true", choices=("true", "false"))
     p.add_argument("--strict", action="store_true", help="treat partial enforcement as an error")
     p.add_argument("--format", choices=("text", "json"), default="text")
@@ -62,7 +66,7 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
         for r in reports:
             if r.backend != selected:
                 continue
-            if r.unavailable:
+            if r.unavailable and not r.internal:
                 diags.append(diag("SBX052", None, backend=r.backend, why=r.unavailable))
             for v in r.verdicts:
                 if v.status == NOT_ENFORCEABLE:
@@ -71,6 +75,12 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
                     diags.append(diag("SBX051", v.span, backend=r.backend, subject=v.subject, why=v.why))
     failed = has_errors(diags)
     code = 1 if failed else 0
+    # A backend that raised is sbxc's bug, not the policy's: exit 3, after every report.
+    broken = [r for r in reports if r.internal]
+    if any(r.backend == selected for r in broken):
+        failed = True  # no plan from a backend that failed
+    if broken:
+        code = INTERNAL_ERROR
 
     if args.output and not failed:
         from ..planfile import build, dumps
@@ -94,8 +104,8 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
         # A file the run journal holds as possibly written by a sandboxed run is recorded
         # as accepted in its present state (sha256, and inode and ctime of it and of the
         # links on the way), so a later change voids the acceptance.
-        from ..runtime import journal
-        from ..runtime.plancache import accept_policies
+        from ..runtime import journal_check as journal
+        from ..runtime.planstore import accept_policies
 
         accepted = accept_policies(result.sources, cwd if args.policy is None else "", result.policy)
         in_journal, closed = journal.accept(result.sources)
@@ -110,6 +120,10 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
             f"sbxc: closed the record of {len(closed)} earlier run(s) (sbxc pid {', '.join(map(str, sorted(closed)))}) "
             "that ended without their post-run checks: policy files they could write that changed before now stay "
             "refused until accepted; make sure none of their processes is still running\n")
+
+    for r in broken:  # "internal error: " is the start of every such reason
+        stderr.write(f"sbxc: internal error: the {r.backend} backend failed "
+                     f"({one_line(r.unavailable.removeprefix('internal error: '), 300)}); please report this\n")
 
     if args.format == "json":
         out = {

@@ -14,7 +14,7 @@ import sys
 import time
 
 from .. import cache as cachemod
-from ..runtime import cachedir, probe
+from ..runtime import cachedir, probe, trees
 from ..runtime.errors import one_line
 from ._args import Parser, absolute_path, parse
 
@@ -131,7 +131,7 @@ def _size_line(root_fd: int, pid: str) -> tuple[str, float | None]:
     try:
         mtime = os.fstat(rfd).st_mtime
         try:
-            size, unreadable = cachedir.disk_usage(rfd)
+            size, unreadable = trees.disk_usage(rfd)
         except OSError as e:
             return f"unknown (measuring stopped: {one_line(str(e), 200)})", mtime
     finally:
@@ -222,7 +222,7 @@ def main(argv) -> int:
     args, code = parse(p, argv, sys.stderr)
     if args is None:
         return code
-    from ..backends import choose_backend
+    from ..compiler.backend_choice import choose_backend
 
     from dataclasses import replace
 

@@ -10,6 +10,7 @@ import os
 import sys
 
 from ..compiler.diagnostics import display_path, dumps_json, render_text
+from ..layout import BACKEND_CHOICES
 
 
 _EXPLAINED = ("policy", "backend (resolved)")
@@ -21,7 +22,7 @@ from ._args import Parser as _Parser, parse
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="sbxc print-config", description="Show every resolved setting and where it came from.")
     p.add_argument("--policy", metavar="P")
-    p.add_argument("--backend", choices=("auto", "bwrap", "landlock", "sandbox-exec"))
+    p.add_argument("--backend", choices=BACKEND_CHOICES)
     p.add_argument("--network", nargs="?", const="true", choices=("true", "false"))
     p.add_argument("--format", choices=("text", "json"), default="text")
     return p

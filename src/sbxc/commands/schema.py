@@ -1,4 +1,4 @@
-"""``sbxc schema``: the JSON Schema of the policy file, generated from the loader's schema."""
+"""``sbxc schema``: the JSON Schema of the policy file, generated from the compiler's table of settings."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ def main(argv) -> int:
     if argv:
         sys.stderr.write(f"sbxc schema: unexpected argument {argv[0]!r}\n")
         return 2
-    from ..compiler.validate import json_schema
+    from ..compiler.settings import json_schema
 
     sys.stdout.write(json.dumps(json_schema(), indent=2, sort_keys=True) + "\n")
     return 0

@@ -9,14 +9,18 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
 
+from .. import discovery
 from ..hostfacts import HostFacts
+from ..layout import POLICY_NAME
+from .backend_choice import choose_backend
 from .diagnostics import Diagnostic, diag, has_errors, sort_key
-from .frontend import Merged, Setting, describe_value, load_chain
-from .normalize import Context, HostPaths, normalize
+from .hostpaths import HostPaths
+from .merge import Merged, Setting, load_chain, resolve
+from .normalize import Context, normalize
 from .plan import Plan, Span
+from .setting_rows import SettingRow, setting_rows
+from .settings import BACKEND_CHOICES
 
-POLICY_NAME = "sandbox.policy.yaml"
-DEFAULT_POLICY = "builtin:default"
 COMMAND_LINE = Span("<command line>", 0, 0)
 # A file that could not be loaded, is of another format, or whose extends chain loops,
 # runs too deep, or may not be trusted. A missing `sbxc:` key or one extends target that
@@ -24,18 +28,6 @@ COMMAND_LINE = Span("<command line>", 0, 0)
 # problem comes out in one run.
 _FATAL = frozenset({"SBX001", "SBX002", "SBX003", "SBX004", "SBX005", "SBX006", "SBX008", "SBX009",
                     "SBX017", "SBX022", "SBX024", "SBX025"})
-
-
-@dataclass(frozen=True, slots=True)
-class SettingRow:
-    """One resolved setting for ``print-config``."""
-
-    key: str
-    value: str
-    origin: str
-    """``default``, ``FILE:LINE:COL`` or ``command line``."""
-    beat: tuple[tuple[str, str], ...] = ()
-    """(value, origin) of each value this one replaced, latest first."""
 
 
 @dataclass(slots=True)
@@ -64,30 +56,12 @@ class CompileResult:
 
 
 def discover(cwd: str, exists=os.path.isfile) -> tuple[str, str]:
-    """The nearest ``sandbox.policy.yaml`` in ``cwd`` or a parent, else ``builtin:default``."""
-    d = os.path.abspath(cwd)
-    while True:
-        cand = os.path.join(d, POLICY_NAME)
-        if exists(cand):
-            where = "in the current folder" if d == os.path.abspath(cwd) else f"in {d}, a parent of the current folder"
-            return cand, f"found {where}"
-        parent = os.path.dirname(d)
-        if parent == d:
-            return DEFAULT_POLICY, f"no {POLICY_NAME} in {os.path.abspath(cwd)} or its parents; using {DEFAULT_POLICY}"
-        d = parent
-
-
-def _origin(span: Optional[Span], origin: str) -> str:
-    if origin == "command line":
-        return "command line"
-    if span is None or origin == "default":
-        return "default"
-    return f"{span.file}:{span.line}:{span.col}"
+    """The nearest ``sandbox.policy.yaml`` in ``cwd`` or a parent, else ``builtin:default``
+    (``sbxc.discovery``: the one answer every layer shares)."""
+    return discovery.discover(cwd, exists)
 
 
 def _apply_overrides(m: Merged, overrides: Mapping, diags: list[Diagnostic]) -> None:
-    from .validate import BACKEND_CHOICES
-
     for key in ("backend", "network"):
         if key not in overrides or overrides[key] is None:
             continue
@@ -107,59 +81,14 @@ def _apply_overrides(m: Merged, overrides: Mapping, diags: list[Diagnostic]) -> 
         m.settings[key] = s
 
 
-_DEFAULTS = {
-    "project": "the policy file's folder",
-    "backend": "auto",
-    "home": "read-only",
-    "network": True,
-    "cache.tools": "all",
-    "cache.root": "/var/tmp/sbxc-{uid}",
-    "cache.required": False,
-    "env.pass": "[]",
-    "landlock.min_abi": 1,
-    "landlock.best_effort": False,
-    "syscalls.deny": "the builtin list",
-    "syscalls.allow_unix_sockets": False,
-    "filesystem": "[]",
-    "locked": "[]",
-}
-
-
-def _settings_rows(m: Merged, plan: Optional[Plan]) -> list[SettingRow]:
-    rows = []
-    keys = list(_DEFAULTS) + sorted(k for k in m.settings if k not in _DEFAULTS)
-    for key in keys:
-        s = m.settings.get(key)
-        if s is None:
-            value = describe_value(_DEFAULTS.get(key))
-            rows.append(SettingRow(key, value, "default"))
-            continue
-        if isinstance(s.value, list) and key != "network":
-            files = sorted({x.span.file for x in s.value if getattr(x, "span", None)})
-            origin = ", ".join(files) if files else _origin(s.span, s.origin)
-            rows.append(SettingRow(key, f"{len(s.value)} entr{'y' if len(s.value) == 1 else 'ies'}"
-                                   if key == "filesystem" else describe_value(s.value), origin))
-            continue
-        beat = tuple((describe_value(v), _origin(sp, o)) for v, sp, o in s.beat)
-        if not beat and key in _DEFAULTS:
-            beat = ((describe_value(_DEFAULTS[key]), "default"),)
-        rows.append(SettingRow(key, describe_value(s.value), _origin(s.span, s.origin), beat))
-    for name in sorted(m.env_set):
-        s = m.env_set[name]
-        beat = tuple((describe_value(v), _origin(sp, o)) for v, sp, o in s.beat)
-        rows.append(SettingRow(f"env.set.{name}", s.value, _origin(s.span, s.origin), beat))
-    if plan is not None:
-        rows.append(SettingRow("project (resolved)", plan.project, "derived"))
-        rows.append(SettingRow("cache folder", plan.cache.dir if plan.cache.enabled else "off", "derived"))
-    return rows
-
-
 def compile_policy(policy_path: Optional[str], *, cwd: str, environ: Mapping[str, str], host: HostFacts,
-                   overrides: Optional[dict] = None, paths: Optional[HostPaths] = None) -> CompileResult:
+                   overrides: Optional[dict] = None, paths: Optional[HostPaths] = None,
+                   gate=None) -> CompileResult:
     """Compile the policy at ``policy_path`` (None: discover it from ``cwd``).
 
     ``overrides`` holds command-line flags (``backend``: str, ``network``: bool); they win
     over every file. ``paths`` answers filesystem questions (tests pass a fake).
+    ``gate(path)`` runs before each user policy file is read and may raise (``load_chain``).
     """
     import gc
 
@@ -168,28 +97,21 @@ def compile_policy(policy_path: Optional[str], *, cwd: str, environ: Mapping[str
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _compile(policy_path, cwd=cwd, environ=environ, host=host, overrides=overrides, paths=paths)
+        return _compile(policy_path, cwd=cwd, environ=environ, host=host, overrides=overrides, paths=paths, gate=gate)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _compile(policy_path, *, cwd, environ, host, overrides, paths) -> CompileResult:
-    from ..backends import choose_backend
-
+def _compile(policy_path, *, cwd, environ, host, overrides, paths, gate=None) -> CompileResult:
     overrides = overrides or {}
     paths = paths or HostPaths()
     diags: list[Diagnostic] = []
     cwd = os.path.abspath(cwd)
-    if policy_path is None:
-        root, why = discover(cwd, lambda p: paths.kind(paths.realpath(p)) == "file")
-    elif policy_path.startswith("builtin:"):
-        root, why = policy_path, "named on the command line"
-    else:
-        root, why = os.path.normpath(os.path.join(cwd, policy_path)), "named on the command line"
+    root, why = discovery.locate(policy_path, cwd, lambda p: paths.kind(paths.realpath(p)) == "file")
     root_dir = cwd if root.startswith("builtin:") else os.path.dirname(root)
 
-    m = load_chain(root, diags)
+    m = load_chain(root, diags, gate=gate)
     if policy_path is None:
         # Discovery walks up to /, through folders such as /tmp where anyone can leave a
         # sandbox.policy.yaml; say where the refused file came from.
@@ -198,23 +120,24 @@ def _compile(policy_path, *, cwd, environ, host, overrides, paths) -> CompileRes
                     else d for d in diags]
     _apply_overrides(m, overrides, diags)
     ctx = Context(environ=environ, uid=host.uid, home_fallback=host.home, cwd=cwd, paths=paths)
+    settings = resolve(m)
+    sources = tuple((s.path, s.sha256) for s in m.sources)
     plan = None
     # Semantic checks still run after key or rule errors (every problem in one run), but
     # not when a file could not be read at all: its absence would only cause noise.
     if not any(d.code in _FATAL for d in diags):
-        plan = normalize(m, ctx, root_dir)
+        plan = normalize(settings, ctx, root_dir, sources)
         diags.extend(ctx.diags)
-    requested = m.settings["backend"].value if "backend" in m.settings else "auto"
-    backend, reason = choose_backend(requested, host)
+    backend, reason = choose_backend(settings.backend.value, host)
     if has_errors(diags):
         plan = None
     diags.sort(key=sort_key)
     return CompileResult(
         plan=plan,
         diagnostics=diags,
-        sources=[(s.path, s.sha256) for s in m.sources],
+        sources=list(sources),
         env_used=dict(sorted(ctx.env_used.items())),
-        settings=_settings_rows(m, plan),
+        settings=setting_rows(m, plan),
         backend=backend,
         backend_reason=reason,
         policy=root,

@@ -16,7 +16,6 @@ from .plan import Span
 
 ERROR = "error"
 WARNING = "warning"
-NOTE = "note"
 
 # code -> (severity, message template). Templates use str.format with keyword fields.
 CODES: dict[str, tuple[str, str]] = {

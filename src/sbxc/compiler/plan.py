@@ -18,7 +18,6 @@ WRITE = "write"
 NONE = "none"  # no rule covers the path: it is not there for the command
 
 STRICTNESS = {MASK: 0, TMPFS: 1, READ: 2, WRITE: 3}
-ACCESS_KINDS = (MASK, TMPFS, READ, WRITE)
 
 # What a path was on the host when the plan was compiled.
 KIND_DIR = "dir"

@@ -1,77 +1,13 @@
-"""The enforcement report: what each backend really does with each rule (SPEC §3).
+"""The enforcement report's renderers: what each backend really does with each rule (SPEC §3).
 
 Backends never drop what they cannot express: every rule ends in exactly one verdict,
-made through ``verdict``; the renderers live here too, so there is one format.
+made through ``sbxc.verdict.verdict``; the renderers live here, so there is one format.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ..verdict import (ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED,  # noqa: F401 (backends' imports)
+                       STATUSES, Verdict, verdict)
 from .plan import Span
-
-ENFORCED = "enforced"
-NARROWED = "narrowed"
-PARTIAL = "partial"
-NOT_ENFORCEABLE = "not enforceable"
-SKIPPED = "skipped"
-STATUSES = (ENFORCED, NARROWED, PARTIAL, NOT_ENFORCEABLE, SKIPPED)
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    backend: str
-    subject: str
-    """What the verdict is about, as a person reads it: ``mask ~/.ssh``, ``network: false``."""
-    status: str
-    why: str
-    """Empty for ``enforced``; otherwise the reason, or what a command can still do."""
-    span: Span
-
-    def line(self) -> str:
-        text = self.status if not self.why else f"{self.status}: {self.why}"
-        return f"{self.subject}: {text}"
-
-
-def verdict(backend: str, subject: str, status: str, span: Span, why: str = "") -> Verdict:
-    if status not in STATUSES:
-        raise ValueError(f"unknown status {status!r}")
-    if status != ENFORCED and not why:
-        raise ValueError(f"a {status} verdict needs a reason")
-    return Verdict(backend, subject, status, why, span)
-
-
-# ---------------------------------------------------------------- rendering (compile --check, print-config)
-
-@dataclass(frozen=True, slots=True)
-class BackendReport:
-    """What one backend does with a plan; ``unavailable`` set when it could not lower it."""
-
-    backend: str
-    verdicts: tuple[Verdict, ...] = ()
-    unavailable: str = ""
-    lowered: object = None
-    """The backend's ``Lowered`` (for writing the plan without lowering twice)."""
-
-
-def lower_all(plan, host, backends) -> list[BackendReport]:
-    """Lower ``plan`` for each backend; a backend that is missing or fails is reported, not raised."""
-    from ..backends import _MODULES, lower
-
-    out = []
-    for name in backends:
-        try:
-            lowered = lower(name, plan, host)
-        except ModuleNotFoundError as e:
-            if e.name == _MODULES[name]:
-                out.append(BackendReport(name, unavailable=f"backend module {e.name} is not part of this build"))
-                continue
-            out.append(BackendReport(name, unavailable=f"internal error: {type(e).__name__}: {e}"))
-            continue
-        except Exception as e:  # a backend bug must not hide the other backends' reports
-            out.append(BackendReport(name, unavailable=f"internal error: {type(e).__name__}: {e}"))
-            continue
-        out.append(BackendReport(name, tuple(lowered.verdicts), lowered=lowered))
-    return out
 
 
 def _where(span: Span, cwd) -> str:

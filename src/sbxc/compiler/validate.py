@@ -1,8 +1,7 @@
-"""The policy file's schema, and the checks that turn a YAML tree into typed values.
+"""The checks that turn one file's YAML tree into typed values, against the schema of settings.py.
 
-``SCHEMA`` is the single description of every key: ``check_document`` validates against
-it and ``json_schema`` exports it for editors, so the two cannot drift apart. Checking
-collects every problem of a file into diagnostics and never raises for a user's mistake.
+Checking collects every problem of a file into diagnostics and never raises for a user's
+mistake.
 """
 from __future__ import annotations
 
@@ -12,74 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .diagnostics import Diagnostic, diag, suggest
-from .frontend import (FS_VERBS, YMap, YNode, YScalar, YSeq,
-                       parse_fs_rule, parse_net_rule, type_name)
 from .plan import Span
-
-BACKEND_CHOICES = ("auto", "bwrap", "landlock", "sandbox-exec")
-HOME_CHOICES = ("read-only", "hidden", "writable")
-FORMAT_VERSION = 1
-
-
-def _cache_tools() -> tuple[str, ...]:
-    from .. import cache
-
-    return tuple(cache.TOOLS)
-
-
-@dataclass(frozen=True)
-class Field:
-    kind: str
-    """int, bool, str, enum, list, map, strmap, fsrule, netrule, network, syscall, envname."""
-    doc: str = ""
-    choices: tuple = ()
-    item: Optional["Field"] = None
-    fields: Optional[dict] = None
-    lo: Optional[int] = None
-    hi: Optional[int] = None
-    required: bool = False
-
-
-LOCKABLE = ("project", "backend", "home", "filesystem", "network", "cache", "env", "landlock", "syscalls", "workspace")
-
-
-@functools.lru_cache(maxsize=1)
-def schema() -> dict[str, Field]:
-    return {
-        "sbxc": Field("int", "Policy format version; must be 1.", lo=1, hi=1, required=True),
-        "extends": Field("list", "Policies this one builds on, applied in order: builtin:NAME or a path relative to this file.",
-                         item=Field("str")),
-        "project": Field("str", "Project root, relative to this file (default: the file's folder)."),
-        "backend": Field("enum", "Sandbox backend.", choices=BACKEND_CHOICES),
-        "home": Field("enum", "The home folder inside the sandbox.", choices=HOME_CHOICES),
-        "filesystem": Field("list", "Filesystem rules: VERB[?] PATH..., VERB one of read, write, tmpfs, mask.",
-                            item=Field("fsrule")),
-        "network": Field("network", "true (default), false, or a list of `connect tcp PORT` / `bind tcp PORT[-PORT]` rules.",
-                         item=Field("netrule")),
-        "cache": Field("map", "Per-project dependency caches.", fields={
-            "tools": Field("list", "Tools whose caches point into the project's cache folder (default: all).",
-                           item=Field("enum", choices=_cache_tools())),
-            "root": Field("str", "Cache root; must lie outside the home folder (default /var/tmp/sbxc-{uid})."),
-            "required": Field("bool", "Refuse to run instead of falling back to a throwaway cache."),
-        }),
-        "env": Field("map", "Environment inside the sandbox.", fields={
-            "pass": Field("list", "Host variables let through; globs * and ? allowed.", item=Field("envglob")),
-            "set": Field("strmap", "Variables set inside the sandbox (they win over pass)."),
-        }),
-        "landlock": Field("map", "Landlock settings.", fields={
-            "min_abi": Field("int", "Refuse to run on a kernel with a lower Landlock ABI.", lo=1, hi=64),
-            "best_effort": Field("bool", "Run with what the kernel has, and say what was dropped."),
-        }),
-        "syscalls": Field("map", "System call filter.", fields={
-            "deny": Field("list", "Syscalls refused with EPERM, added to the builtin list.", item=Field("syscall")),
-            "allow_unix_sockets": Field("bool", "Landlock backend: allow creating Unix sockets (default false)."),
-        }),
-        "locked": Field("list", "Keys a policy extending this one may only tighten.", item=Field("enum", choices=LOCKABLE)),
-        "workspace": Field("map", "Session workspace quotas.", fields={
-            "max_sessions": Field("int", "Most sessions at once.", lo=1, hi=1 << 20),
-            "max_bytes": Field("int", "Most bytes one session's workspace may hold.", lo=1, hi=1 << 62),
-        }),
-    }
+from .rules import parse_fs_rule, parse_net_rule
+from .settings import FORMAT_VERSION, Field, schema
+from .yamltree import YMap, YNode, YScalar, YSeq, type_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,49 +78,68 @@ def _describe(f: Field) -> str:
 
 def _check(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
     """Typed value for ``node`` per ``f``, or None after appending a diagnostic."""
+    if f.kind in ("list", "network"):
+        return _check_list(node, f, key, diags)
+    if f.kind in ("map", "strmap"):
+        return _check_map(node, f, key, diags)
+    return _check_scalar(node, f, key, diags)
+
+
+def _check_list(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
+    if f.kind == "network" and isinstance(node, YScalar) and isinstance(node.value, bool):
+        return Located(node.value, node.span)
+    if not isinstance(node, YSeq):
+        diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
+        return None
+    items = []
+    for i, item in enumerate(node.items):
+        v = _check(item, f.item, f"{key}[{i}]", diags)
+        if v is not None:
+            items.append(v)
+    return Located(items, node.span)
+
+
+def _check_map(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
+    if not isinstance(node, YMap):
+        diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
+        return None
+    out = {}
+    for kn, vn in node.items:
+        name = kn.value
+        if f.kind == "strmap":
+            v = _check_env_value(kn, vn, key, diags)
+            if v is not None:
+                out[name] = v
+            continue
+        sub = f.fields.get(name) if isinstance(name, str) else None
+        if sub is None:
+            diags.append(diag("SBX010", kn.span, key=str(name), where=f" in {key}",
+                              suggest=suggest(str(name), f.fields)))
+            continue
+        v = _check(vn, sub, f"{key}.{name}", diags)
+        if v is not None:
+            out[name] = Located(v.value if isinstance(v, Located) else v, v.span if isinstance(v, Located) else vn.span, kn.span)
+    return Located(out, node.span)
+
+
+def _check_env_value(kn: YScalar, vn: YNode, key: str, diags: list[Diagnostic]) -> Optional[Located]:
+    """One ``NAME: value`` of ``env.set``."""
+    name = kn.value
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        diags.append(diag("SBX020", kn.span, what="name", name=str(name)))
+        return None
+    if not isinstance(vn, YScalar) or isinstance(vn.value, bool) or vn.value is None:
+        diags.append(diag("SBX011", vn.span, key=f"{key}.{name}", expected="a string", got=type_name(vn)))
+        return None
+    text = str(vn.value) if not isinstance(vn.value, str) else vn.value
+    if _BAD_CHARS.search(text):
+        diags.append(diag("SBX038", vn.span))
+        return None
+    return Located(text, vn.span, kn.span)
+
+
+def _check_scalar(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
     k = f.kind
-    if k in ("list", "network"):
-        if k == "network" and isinstance(node, YScalar) and isinstance(node.value, bool):
-            return Located(node.value, node.span)
-        if not isinstance(node, YSeq):
-            diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
-            return None
-        items = []
-        for i, item in enumerate(node.items):
-            v = _check(item, f.item, f"{key}[{i}]", diags)
-            if v is not None:
-                items.append(v)
-        return Located(items, node.span)
-    if k in ("map", "strmap"):
-        if not isinstance(node, YMap):
-            diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
-            return None
-        out = {}
-        for kn, vn in node.items:
-            name = kn.value
-            if k == "strmap":
-                if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-                    diags.append(diag("SBX020", kn.span, what="name", name=str(name)))
-                    continue
-                if not isinstance(vn, YScalar) or isinstance(vn.value, bool) or vn.value is None:
-                    diags.append(diag("SBX011", vn.span, key=f"{key}.{name}", expected="a string", got=type_name(vn)))
-                    continue
-                text = str(vn.value) if not isinstance(vn.value, str) else vn.value
-                if _BAD_CHARS.search(text):
-                    diags.append(diag("SBX038", vn.span))
-                    continue
-                out[name] = Located(text, vn.span, kn.span)
-                continue
-            sub = f.fields.get(name) if isinstance(name, str) else None
-            if sub is None:
-                diags.append(diag("SBX010", kn.span, key=str(name), where=f" in {key}",
-                                  suggest=suggest(str(name), f.fields)))
-                continue
-            v = _check(vn, sub, f"{key}.{name}", diags)
-            if v is not None:
-                out[name] = Located(v.value if isinstance(v, Located) else v, v.span if isinstance(v, Located) else vn.span, kn.span)
-        return Located(out, node.span)
-    # scalar kinds
     if not isinstance(node, YScalar):
         diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
         return None
@@ -196,17 +150,7 @@ def _check(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
             return None
         return Located(v, node.span)
     if k == "int":
-        if isinstance(v, bool) or not isinstance(v, int):
-            diags.append(diag("SBX011", node.span, key=key, expected="an integer", got=type_name(node)))
-            return None
-        if key == "sbxc":
-            if v != FORMAT_VERSION:
-                diags.append(diag("SBX017", node.span, value=v))
-                return None
-        elif (f.lo is not None and v < f.lo) or (f.hi is not None and v > f.hi):
-            diags.append(diag("SBX019", node.span, key=key, value=v, range=f"{f.lo}-{f.hi}"))
-            return None
-        return Located(v, node.span)
+        return _check_int(node, f, key, diags)
     if not isinstance(v, str):
         diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
         return None
@@ -215,6 +159,26 @@ def _check(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
     if _BAD_CHARS.search(v):
         diags.append(diag("SBX038", node.span))
         return None
+    return _check_string(node, f, key, diags)
+
+
+def _check_int(node: YScalar, f: Field, key: str, diags: list[Diagnostic]) -> Optional[Located]:
+    v = node.value
+    if isinstance(v, bool) or not isinstance(v, int):
+        diags.append(diag("SBX011", node.span, key=key, expected="an integer", got=type_name(node)))
+        return None
+    if key == "sbxc":
+        if v != FORMAT_VERSION:
+            diags.append(diag("SBX017", node.span, value=v))
+            return None
+    elif (f.lo is not None and v < f.lo) or (f.hi is not None and v > f.hi):
+        diags.append(diag("SBX019", node.span, key=key, value=v, range=f"{f.lo}-{f.hi}"))
+        return None
+    return Located(v, node.span)
+
+
+def _check_string(node: YScalar, f: Field, key: str, diags: list[Diagnostic]):
+    k, v = f.kind, node.value
     if k == "str":
         return Located(v, node.span)
     if k == "enum":
@@ -256,62 +220,3 @@ def check_document(path: str, tree: YMap, diags: list[Diagnostic]) -> PolicyDoc:
     if "sbxc" not in doc.key_spans:
         diags.append(diag("SBX016", Span(path, 1, 1, 1, 2), key="sbxc", hint="add `sbxc: 1` as the first line"))
     return doc
-
-
-# ---------------------------------------------------------------- JSON Schema
-
-def json_schema() -> dict:
-    def conv(f: Field) -> dict:
-        d: dict = {}
-        if f.doc:
-            d["description"] = f.doc
-        k = f.kind
-        if k == "int":
-            d["type"] = "integer"
-            if f.lo is not None:
-                d["minimum"] = f.lo
-            if f.hi is not None:
-                d["maximum"] = f.hi
-        elif k == "bool":
-            d["type"] = "boolean"
-        elif k == "str":
-            d["type"] = "string"
-        elif k == "enum":
-            d["enum"] = list(f.choices)
-        elif k == "list":
-            d["type"] = "array"
-            d["items"] = conv(f.item)
-        elif k == "map":
-            d["type"] = "object"
-            d["additionalProperties"] = False
-            d["properties"] = {n: conv(sub) for n, sub in f.fields.items()}
-        elif k == "strmap":
-            d["type"] = "object"
-            d["propertyNames"] = {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}
-            d["additionalProperties"] = {"type": "string"}
-        elif k == "fsrule":
-            d["type"] = "string"
-            d["pattern"] = r"^\s*(" + "|".join(FS_VERBS) + r")\??\s+\S"
-        elif k == "netrule":
-            d["type"] = "string"
-            d["pattern"] = r"^\s*(connect|bind)\s+tcp\s+[0-9]{1,5}(-[0-9]{1,5})?\s*$"
-        elif k == "network":
-            d["oneOf"] = [{"type": "boolean"}, {"type": "array", "items": conv(f.item)}]
-        elif k == "syscall":
-            d["type"] = "string"
-            d["pattern"] = "^[a-z_][a-z0-9_]*$"
-        elif k == "envglob":
-            d["type"] = "string"
-            d["pattern"] = "^[A-Za-z0-9_*?]+$"
-        return d
-
-    sch = schema()
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://sbxc.invalid/schema/policy-1.json",
-        "title": "sbxc sandbox policy (sandbox.policy.yaml)",
-        "type": "object",
-        "additionalProperties": False,
-        "required": [n for n, f in sch.items() if f.required],
-        "properties": {n: conv(f) for n, f in sch.items()},
-    }

@@ -1,4 +1,4 @@
-"""Runner for the bwrap backend (see the runner protocol in ``sbxc.runtime.launch``).
+"""Runner for the bwrap backend (see the runner protocol in ``sbxc.runtime.spec``).
 
 Knowing whether bwrap failed or the command did: bwrap exits 1 for its own failures, as a
 command may, and the command's stderr can hold any text, bwrap's messages included. So
@@ -26,11 +26,10 @@ from __future__ import annotations
 import os
 import sys
 
+from ..layout import BWRAP_EMPTY_FD as EMPTY_FD
 from .errors import Refusal, bwrap_failure
-from .launch import LaunchSpec
-from .probe import host_program
-
-EMPTY_FD = "@fd:empty"  # same as sbxc.backends.bwrap.EMPTY_FD (not imported: hot path)
+from .spec import LaunchSpec
+from .staleness import HostNow
 _FIONREAD = 0x541B  # asm-generic/ioctls.h; the same on x86_64 and aarch64
 _PIPE_MAX = 65536  # the default pipe buffer: the whole program must fit before bwrap reads
 
@@ -46,7 +45,8 @@ def _unread(fd: int) -> int:
 def _deepest(checks, path: str) -> tuple[str, str]:
     """(rule path, access) of the deepest rule containing ``path``; ("", "none") if none."""
     best, access, depth = "", "none", -1
-    for rpath, _kind, acc in checks:
+    for check in checks:
+        rpath, acc = check[0], check[2]
         if path == rpath or path.startswith(rpath.rstrip("/") + "/"):
             d = 0 if rpath == "/" else rpath.count("/")
             if d > depth:
@@ -56,8 +56,8 @@ def _deepest(checks, path: str) -> tuple[str, str]:
 
 def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     data = planfile.get("lowered") or {}
-    planned = data.get("bwrap") or (planfile.get("host") or {}).get("bwrap", "")
-    found, why = host_program("bwrap", ctx.environ)
+    # The trusted lookup, read once per run (a bwrap other than the plan's: staleness).
+    found, why = (ctx.host if ctx.host is not None else HostNow(ctx.environ)).bwrap
     if not found and why:
         raise Refusal(f"no bwrap that sbxc may start: {why}",
                       "install bubblewrap in a system folder (apt install bubblewrap), or set SBXC_BWRAP "
@@ -65,9 +65,6 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     if not found:
         raise Refusal("bwrap is not installed (not in the system program folders on PATH)",
                       "install bubblewrap (apt install bubblewrap), or use --backend landlock")
-    if planned and found != planned:
-        raise Refusal(f"the plan was made for bwrap at {planned}, this host has {found}",
-                      "recompile the plan on this host (sbxc compile -o PLAN), or use --policy")
     net = (planfile.get("runtime") or {}).get("network", "on")
     if data.get("network", net) != net:
         raise Refusal("the plan's bwrap options and its network setting disagree", "recompile the plan")
@@ -206,7 +203,13 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         sys.stderr.write(Refusal(cause, fix).line() + "\n")
         return 125
 
+    setup = None
+    if net in ("on", "rules"):
+        from .bwrap_scope import child_setup
+
+        setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))
     # The pass_fds exclude the read end of the status pipe: only bwrap's write end goes over.
     return LaunchSpec(argv, env, pass_fds=[fd for fd in fds if fd != info_r], exec_is_command=False,
+                      child_setup=setup,
                       started=started, setup_failed=setup_failed, command_status=command_status,
                       cleanups=cleanups, own_pgrp=True, signal_target=signal_target)

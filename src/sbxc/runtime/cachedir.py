@@ -37,27 +37,20 @@ own planned paths are relocated; the command's argv (after ``--``) is left alone
 The cache variables are handed to the sandboxed command only (``setup.env``); this module
 never touches ``os.environ``.
 
-Why the checks are done the way they are
-----------------------------------------
-Every folder is opened with ``O_NOFOLLOW`` relative to its parent's descriptor, starting
-at ``/``, and judged by ``fstat`` of what was opened, so a symlink swapped in between a
-check and a use is never followed. The parents of the root must be owned by root or the
-caller and, when others can write them, sticky (as ``/var/tmp`` is): then no other user
-can rename the root or the project folder away and put their own in its place after the
-checks, and the path the sandbox is later given stays the folder that was checked.
+The folders are opened and checked by ``sbxc.runtime.safeopen`` (its module text says
+how and why).
 """
 from __future__ import annotations
 
 import os
-import stat
 
+from ..layout import CACHE_MARKER_SUFFIX as MARKER_SUFFIX
 from .errors import Refusal, one_line
-from .trees import disk_usage, empty_dir, open_for_removal, remove_tree  # noqa: F401 (re-exported)
+# The cache folder's API for `sbxc cache` and `sbxc doctor` (one implementation each, here):
+from .safeopen import (_DIR_FLAGS, Unsafe, nested_overflow_uid, open_cache, open_parents, open_project,  # noqa: F401
+                       open_root)
 
-# O_PATH is Linux-only; macOS opens the folder for reading instead (same no-follow checks).
-_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-MARKER_SUFFIX = ".project"  # same as sbxc.cache.MARKER_SUFFIX (not imported: hot path)
 THROWAWAY_BASES = ("/var/tmp", "/tmp")
 THROWAWAY_PREFIX = "sbxc-throwaway-"
 
@@ -76,198 +69,19 @@ class CacheRefused(Refusal):
     ``Refusal``."""
 
 
-class Unsafe(Exception):
-    """A cache folder failed a check: ``problem`` says what, ``fix`` what to do."""
-
-    def __init__(self, problem: str, fix: str):
-        super().__init__(problem)
-        self.problem = problem
-        self.fix = fix
-
-
-# --- opening folders safely ---------------------------------------------------------------
-
-_FIX_ROOT = "set cache.root to a folder you own, in a folder only root and you can write (the default is /var/tmp/sbxc-{uid})"
-
-
-def _describe(name: str, dir_fd: int, shown: str, path: str) -> Unsafe:
-    """Why ``name`` could not be opened as a folder; the lstat is for the message only."""
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError as e:
-        return Unsafe(f"{shown} cannot be opened ({e.strerror})", _FIX_ROOT)
-    if stat.S_ISLNK(st.st_mode):
-        return Unsafe(f"{shown} is a symlink",
-                      f"remove the link (rm {path}) if you did not make it, or {_FIX_ROOT}")
-    return Unsafe(f"{shown} is not a folder", f"move {path} away, or {_FIX_ROOT}")
-
-
-def _read_small(path: str) -> str:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return ""
-    try:
-        return os.read(fd, 4096).decode("ascii", "replace")
-    finally:
-        os.close(fd)
-
-
-def nested_overflow_uid() -> int:
-    """The uid that owners outside this user namespace show as (the kernel's overflow uid,
-    usually 65534) when this process runs in a user namespace other than the initial one;
-    -1 in the initial namespace, where that uid is a real account."""
-    fields = _read_small("/proc/self/uid_map").split()
-    if fields[:3] == ["0", "0", "4294967295"] or not fields:
-        return -1
-    try:
-        return int(_read_small("/proc/sys/kernel/overflowuid").strip() or "65534")
-    except ValueError:
-        return 65534
-
-
-def _owner(uid: int) -> str:
-    if uid == nested_overflow_uid():
-        return f"uid {uid} (an owner outside this user namespace, which sbxc cannot tell from another user)"
-    try:
-        import pwd  # only on this error path
-
-        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
-    except (ImportError, KeyError):
-        return f"uid {uid}"
-
-
-def _open_child(dir_fd: int, name: str, shown: str, path: str = "") -> int:
-    """Open folder ``name`` in ``dir_fd`` as an O_PATH descriptor, never through a symlink."""
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-    except FileNotFoundError:
-        raise
-    except OSError:
-        raise _describe(name, dir_fd, shown, path or shown) from None
-
-
-def _check_parent(fd: int, shown: str, uid: int, trusted=(0,)) -> None:
-    st = os.fstat(fd)
-    if st.st_uid != uid and st.st_uid not in trusted:
-        fix = _FIX_ROOT
-        if st.st_uid == nested_overflow_uid():
-            fix = ("run sbxc outside this user namespace to get a persistent cache (the command is "
-                   "sandboxed either way)")
-        raise Unsafe(f"{shown} (on the way to the cache root) is owned by {_owner(st.st_uid)}", fix)
-    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-        raise Unsafe(f"{shown} (on the way to the cache root) is writable by others and not sticky", _FIX_ROOT)
-
-
-def _check_own(fd: int, shown: str, uid: int, fix_chmod: str, check_mode: bool = True) -> None:
-    st = os.fstat(fd)
-    if st.st_uid != uid:
-        raise Unsafe(f"{shown} is owned by {_owner(st.st_uid)}, not by you (uid {uid})",
-                     f"remove it (as its owner or root), or set cache.root to a folder you own")
-    mode = stat.S_IMODE(st.st_mode)
-    if check_mode and mode & 0o077:
-        raise Unsafe(f"{shown} has mode {mode:04o}, wider than 0700",
-                     f"if it is a folder of sbxc's own, check its contents, then run: chmod 700 {fix_chmod}; "
-                     "otherwise set cache.root to a new folder (sbxc makes it 0700)")
-
-
-def open_parents(path: str, uid: int, trusted=(0,)) -> int:
-    """O_PATH descriptor of ``path``'s parent folder, checked component by component: each
-    owned by the caller or a ``trusted`` uid, and sticky where others can write it."""
-    parts = [p for p in path.split("/") if p]
-    fd = os.open("/", _DIR_FLAGS)
-    shown = ""
-    try:
-        _check_parent(fd, "/", uid, trusted)
-        for part in parts[:-1]:
-            shown += "/" + part
-            try:
-                nfd = _open_child(fd, part, shown)
-            except FileNotFoundError:
-                raise Unsafe(f"{shown} (on the way to the cache root) does not exist",
-                             f"create it, or {_FIX_ROOT}") from None
-            os.close(fd)
-            fd = nfd
-            _check_parent(fd, shown, uid, trusted)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _open_or_make(parent_fd: int, name: str, shown: str, path: str, uid: int, create: bool,
-                  check_mode: bool = True) -> tuple[int, bool]:
-    """Open (or make, 0700) the folder ``name`` we must own; returns (O_PATH fd, made)."""
-    made = False
-    try:
-        fd = _open_child(parent_fd, name, shown, path)
-    except FileNotFoundError:
-        if not create:
-            raise
-        try:
-            os.mkdir(name, 0o700, dir_fd=parent_fd)
-            made = True
-        except FileExistsError:
-            pass  # someone was quicker; whatever is there now gets the full checks below
-        fd = _open_child(parent_fd, name, shown, path)
-    try:
-        if made:
-            st = os.fstat(fd)
-            if st.st_uid == uid and stat.S_IMODE(st.st_mode) != 0o700:
-                # A strict umask made it narrower than 0700; we made it, nobody else can
-                # rename it (parent checked), so setting the mode through /proc is safe.
-                os.chmod(f"/proc/self/fd/{fd}", 0o700)
-        _check_own(fd, shown, uid, path, check_mode)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, made
-
-
-def open_root(root: str, uid: int, create: bool, check_mode: bool = True) -> int:
-    """O_PATH descriptor of the cache root, checked (see ``open_cache``)."""
-    root = os.path.normpath(root)
-    parent = open_parents(root, uid)
-    try:
-        return _open_or_make(parent, os.path.basename(root), f"cache root {root}", root, uid, create,
-                             check_mode)[0]
-    finally:
-        os.close(parent)
-
-
-def open_project(root_fd: int, root: str, pid: str, uid: int, check_mode: bool = True) -> int:
-    """O_PATH descriptor of an existing ``root/pid``, checked like the root."""
-    root = os.path.normpath(root)
-    return _open_or_make(root_fd, pid, f"project cache {root}/{pid}", f"{root}/{pid}", uid, False,
-                         check_mode)[0]
-
-
-def open_cache(root: str, pid: str, uid: int, create: bool) -> tuple[int, int, bool]:
-    """Open root and ``root/pid`` safely: (root O_PATH fd, project O_PATH fd, project made).
-
-    Raises ``Unsafe`` naming the problem, or ``FileNotFoundError`` when ``create`` is false
-    and a folder is missing.
-    """
-    root = os.path.normpath(root)
-    root_fd = open_root(root, uid, create)
-    try:
-        proj_fd, made = _open_or_make(root_fd, pid, f"project cache {root}/{pid}", f"{root}/{pid}", uid, create)
-    except BaseException:
-        os.close(root_fd)
-        raise
-    return root_fd, proj_fd, made
-
-
 def _make_subdirs(dir_fd: int, rels) -> None:
     """Make each tool's subfolder (``go/mod`` …) below ``dir_fd``; existing ones are kept."""
     for rel in rels:
+        parts = [p for p in rel.split("/") if p]
         fd = os.dup(dir_fd)
         try:
-            for part in [p for p in rel.split("/") if p]:
+            for i, part in enumerate(parts):
                 try:
                     os.mkdir(part, 0o700, dir_fd=fd)
                 except FileExistsError:
                     pass
+                if i == len(parts) - 1:
+                    break  # nothing is made below the last one: no need to open it
                 nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 os.close(fd)
                 fd = nfd
@@ -312,6 +126,8 @@ def _touch_marker(root_fd: int, pid: str, project: str) -> None:
 
 def remove_project(root_fd: int, pid: str) -> None:
     """Delete one project's cache folder ``pid`` in the root and its marker beside it."""
+    from .trees import remove_tree
+
     remove_tree(root_fd, pid)
     try:
         os.unlink(pid + MARKER_SUFFIX, dir_fd=root_fd)
@@ -338,16 +154,16 @@ def remove_project_at(root: str, project: str, uid: int) -> None:
 # --- the throwaway cache ------------------------------------------------------------------
 
 # A throwaway is locked (flock on its folder) by the sbxc process that uses it, for as
-# long as the run lasts. One that is unlocked and older than this was left by a run that
-# was killed before it could clean up, and may be removed. The age rule covers the few
-# microseconds between a throwaway's mkdir and its lock.
-STALE_AFTER = 60.0
+# long as the run lasts; one that is unlocked and old was left by a run that was killed
+# (``rundirs.reap``, which also reaps Landlock's per-run folders).
 
 
 def _make_throwaway(uid: int, pid: str, subdirs) -> tuple[str, str, str, int]:
     """A fresh, empty 0700 root with ``pid`` inside, locked:
     returns (base, name, root path, descriptor holding the lock)."""
     import fcntl  # only on this rare path
+
+    from .trees import remove_tree
 
     last = "no /var/tmp or /tmp to make it in"
     for base in THROWAWAY_BASES:
@@ -400,6 +216,8 @@ def _throwaway_trusted() -> tuple:
 
 
 def _remove_throwaway(base: str, name: str, uid: int, lock_fd: int) -> None:
+    from .trees import remove_tree
+
     try:
         base_fd = open_parents(base + "/x", uid, _throwaway_trusted())
     except (Unsafe, OSError):
@@ -414,9 +232,15 @@ def _remove_throwaway(base: str, name: str, uid: int, lock_fd: int) -> None:
         os.close(lock_fd)  # the lock goes last: no one reaps it while we delete
 
 
+def _reap(base_fd: int, uid: int, **kw) -> tuple[list, list]:
+    from . import rundirs  # a throwaway is rare: not on the hot path
+
+    return rundirs.reap(base_fd, f"{THROWAWAY_PREFIX}{uid}-", uid, **kw)
+
+
 def leftover_throwaways(uid: int, now: float | None = None) -> list:
     """[(base, name)] of this user's throwaways that no running sbxc holds and that are
-    older than ``STALE_AFTER``: left by runs that were killed."""
+    older than ``rundirs.STALE_AFTER``: left by runs that were killed."""
     out = []
     for base in THROWAWAY_BASES:
         try:
@@ -424,74 +248,27 @@ def leftover_throwaways(uid: int, now: float | None = None) -> list:
         except (Unsafe, OSError):
             continue
         try:
-            out += [(base, n) for n in _stale(base_fd, uid, now)]
+            out += [(base, n) for n in _reap(base_fd, uid, now=now, remove=False)[0]]
         finally:
             os.close(base_fd)
     return out
-
-
-def _stale(base_fd: int, uid: int, now: float | None = None) -> list:
-    import fcntl
-    import time
-
-    now = time.time() if now is None else now
-    prefix = f"{THROWAWAY_PREFIX}{uid}-"
-    fd = os.open(".", _READ_DIR_FLAGS, dir_fd=base_fd)
-    try:
-        with os.scandir(fd) as it:
-            names = [e.name for e in it if e.name.startswith(prefix)]
-    finally:
-        os.close(fd)
-    out = []
-    for name in names:
-        try:
-            dfd = os.open(name, _READ_DIR_FLAGS, dir_fd=base_fd)
-        except OSError:
-            continue
-        try:
-            st = os.fstat(dfd)
-            if st.st_uid != uid or now - st.st_mtime < STALE_AFTER:
-                continue
-            try:
-                fcntl.flock(dfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue  # a running sbxc holds it
-            fcntl.flock(dfd, fcntl.LOCK_UN)
-            out.append(name)
-        finally:
-            os.close(dfd)
-    return out
-
-
-def _reap(base_fd: int, uid: int) -> None:
-    """Remove this user's stale throwaways in ``base_fd`` (best effort)."""
-    try:
-        names = _stale(base_fd, uid)
-    except OSError:
-        return
-    for name in names:
-        try:
-            remove_tree(base_fd, name)
-        except OSError:
-            pass
 
 
 def remove_leftover_throwaways(uid: int) -> tuple[int, list]:
     """Remove this user's leftover throwaways: (how many, [OSError naming what is left])."""
     n = 0
     left = []
-    for base, name in leftover_throwaways(uid):
+    for base in THROWAWAY_BASES:
         try:
             base_fd = open_parents(base + "/x", uid, _throwaway_trusted())
         except (Unsafe, OSError):
             continue
         try:
-            remove_tree(base_fd, name)
-            n += 1
-        except OSError as e:
-            left.append(OSError(e.errno, e.strerror, f"{base}/{e.filename or name}"))
+            removed, errors = _reap(base_fd, uid)
         finally:
             os.close(base_fd)
+        n += len(removed)
+        left += [OSError(e.errno, e.strerror, f"{base}/{e.filename or '?'}") for e in errors]
     return n, left
 
 
@@ -500,7 +277,7 @@ def remove_leftover_throwaways(uid: int) -> tuple[int, list]:
 class CacheSetup:
     """What ``prepare`` decided: see the module docstring for how the runtime uses it."""
 
-    __slots__ = ("dir", "warning", "cleanup", "env", "planned_root", "actual_root", "pid")
+    __slots__ = ("dir", "warning", "cleanup", "env", "planned_root", "actual_root", "pid", "real_dir")
 
     def __init__(self, dir, warning, cleanup, env, planned_root, actual_root, pid=""):
         self.dir = dir
@@ -514,6 +291,9 @@ class CacheSetup:
         self.planned_root = planned_root
         self.actual_root = actual_root
         self.pid = pid
+        self.real_dir = f"{actual_root}/{pid}" if dir and actual_root and pid else None
+        """``dir`` as a real path: every folder of it was just opened without following a
+        link (no ``realpath`` needed on the hot path)."""
 
     def __iter__(self):
         return iter((self.dir, self.warning, None if self.cleanup is _noop else self.cleanup))

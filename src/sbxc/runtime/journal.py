@@ -1,4 +1,5 @@
-"""The run journal: which runs could write which folders, and when.
+"""The run journal: which runs could write which folders, and when (this module keeps
+the records; ``sbxc.runtime.journal_check`` asks them about a policy file).
 
 A policy file that a sandboxed command could have created or changed must not take
 effect until a person has looked at it (SPEC §5). Watching the files a run knows of
@@ -45,7 +46,9 @@ from __future__ import annotations
 import marshal
 import os
 
-from .errors import Refusal, one_line
+from ..layout import RUN_DIR_PREFIX
+from .errors import Refusal
+from .planstore import open_plans_dir, plans_dir, read_with_stat, write_atomic
 
 RECORD_PREFIX = "r-"
 ACCEPT_PREFIX = "a-"
@@ -87,26 +90,26 @@ def owner_alive(pid: int, ident: str) -> bool:
 
 def writable_roots(pf: dict, cache_dir) -> list:
     """Real paths the run's command could write: the plan's ``write`` rules (already real
-    paths, re-checked before the run), the project's cache folder, and on Landlock the
-    per-run folders that stand in for ``tmpfs`` (a root ending in ``*`` is a name prefix).
-    bwrap's ``tmpfs`` folders are private to the sandbox and vanish with it."""
+    paths, re-checked before the run), the project's cache folder (``cache_dir``, its real
+    path: ``CacheSetup.real_dir``), and on Landlock the per-run folders that stand in for
+    ``tmpfs`` (a root ending in ``*`` is a name prefix). bwrap's ``tmpfs`` folders are
+    private to the sandbox and vanish with it."""
     rt = pf.get("runtime") or {}
     backend = pf.get("backend")
     roots = set()
-    for path, _kind, access in rt.get("checks", ()):
+    for check in rt.get("checks", ()):
+        path, access = check[0], check[2]
         if access == "write":
             roots.add(path)
         elif access == "tmpfs" and backend != "bwrap":
             if backend == "landlock":
-                from .landlock_run import RUN_PREFIX  # the runner is loaded already
-
                 # A per-run folder is made in the rule's folder, or in /tmp when that fails.
                 for base in (path, "/tmp"):
-                    roots.add(base.rstrip("/") + "/" + RUN_PREFIX + "*")
+                    roots.add(base.rstrip("/") + "/" + RUN_DIR_PREFIX + "*")
             else:
                 roots.add(path)
     if cache_dir:
-        roots.add(os.path.realpath(cache_dir))
+        roots.add(cache_dir)  # a real path: cachedir opened it link by link
     return sorted(roots)
 
 
@@ -118,49 +121,9 @@ def under(path: str, root: str) -> bool:
 
 # ------------------------------------------------------------------ entries
 
-def _read(dir_fd: int, name: str):
-    """(entry, stat) of a marshal entry of ours, or (None, None)."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
-    except OSError:
-        return None, None
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != os.getuid() or (st.st_mode & 0o170000) != 0o100000 or st.st_size > MAX_RECORD_BYTES:
-            return None, st
-        chunks = []
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                break
-            chunks.append(b)
-        try:
-            entry = marshal.loads(b"".join(chunks))
-        except (EOFError, ValueError, TypeError):
-            return None, st
-        return (entry if isinstance(entry, dict) and entry.get("v") == JOURNAL_VERSION else None), st
-    finally:
-        os.close(fd)
-
-
-def _write(dir_fd: int, name: str, entry: dict) -> None:
-    """Write to a fresh name, then rename: readers see all of it or nothing. Raises OSError."""
-    data = marshal.dumps(entry)
-    tmp = f".tmp-{os.getpid()}-{os.urandom(4).hex()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-    try:
-        try:
-            while data:
-                data = data[os.write(fd, data):]
-        finally:
-            os.close(fd)
-        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except OSError:
-        try:
-            os.unlink(tmp, dir_fd=dir_fd)
-        except OSError:
-            pass
-        raise
+def read(dir_fd: int, name: str):
+    """(entry, stat) of a journal entry of ours, or (None, stat) / (None, None)."""
+    return read_with_stat(dir_fd, name, JOURNAL_VERSION, MAX_RECORD_BYTES)
 
 
 class Run:
@@ -178,8 +141,6 @@ def begin(roots: list) -> Run:
     for does not start."""
     import time
 
-    from .plancache import open_plans_dir, plans_dir
-
     dir_fd = open_plans_dir()
     if dir_fd < 0:
         raise Refusal(f"the plans folder {plans_dir()} cannot be used (it is missing and cannot be made, or another "
@@ -190,7 +151,7 @@ def begin(roots: list) -> Run:
     name = f"{RECORD_PREFIX}{pid}-{os.urandom(6).hex()}"
     entry = {"v": JOURNAL_VERSION, "pid": pid, "ident": _proc_start(pid), "t0": t0, "roots": list(roots)}
     try:
-        _write(dir_fd, name, entry)
+        write_atomic(dir_fd, name, entry)
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError as e:
         os.close(dir_fd)
@@ -217,8 +178,8 @@ def finish(run: Run, end: int, watched=()) -> None:
     keep = [[p, d] for p, d in watched if any(under(p, r) for r in run.roots)]
     try:
         end = max(end, fs_now(run.dir_fd))
-        with _locked(run.dir_fd):
-            _append_windows(run.dir_fd, [[run.start, end, run.roots, keep]])
+        with windows_lock(run.dir_fd):
+            append_windows(run.dir_fd, [[run.start, end, run.roots, keep]])
         os.unlink(run.name, dir_fd=run.dir_fd)
     finally:
         os.close(run.dir_fd)
@@ -256,7 +217,7 @@ def fs_now(dir_fd: int) -> int:
         os.close(fd)
 
 
-class _locked:
+class windows_lock:
     """An exclusive flock on ``j-lock``: two runs ending at once must not each write the
     windows they read, losing the other's (a lost window would hide a plant)."""
 
@@ -320,8 +281,8 @@ def load_windows(dir_fd: int) -> list:
     return out
 
 
-def _append_windows(dir_fd: int, new: list) -> None:
-    """Add closed windows. Called under ``_locked``. An append is one write and no rename:
+def append_windows(dir_fd: int, new: list) -> None:
+    """Add closed windows. Called under ``windows_lock``. An append is one write and no rename:
     replacing a file by rename makes ext4 start writing the new one out at once
     (auto_da_alloc), about 2 ms on every run. Past MAX_WINDOWS appended ones, the whole
     list is bounded and written anew (rename), once in a while."""
@@ -378,225 +339,3 @@ def _cap_roots(roots: set) -> list:
     # Drop those under another root: they add nothing.
     out = sorted(roots)
     return [r for r in out if not any(o != r and under(r.rstrip("*"), o) for o in out)]
-
-
-# ------------------------------------------------------------------ the check
-
-def way(path: str) -> list:
-    """(place, st) of every symlink met while resolving ``path`` and of the file it
-    reaches: each could have been planted. ``place`` is the entry's real location (its
-    folder resolved, its own name kept)."""
-    import posixpath
-    import stat
-
-    parts = [p for p in path.split("/") if p and p != "."]
-    resolved = "/"
-    out = []
-    for _ in range(256):
-        if not parts:
-            break
-        part = parts.pop(0)
-        if part == "..":
-            resolved = posixpath.dirname(resolved) or "/"
-            continue
-        cand = posixpath.join(resolved, part)
-        try:
-            st = os.lstat(cand)
-        except OSError:
-            break
-        if stat.S_ISLNK(st.st_mode):
-            out.append((cand, st))
-            try:
-                target = os.readlink(cand)
-            except OSError:
-                break
-            if target.startswith("/"):
-                resolved = "/"
-            parts = [p for p in target.split("/") if p and p != "."] + parts
-            continue
-        resolved = cand
-        if not parts:
-            out.append((cand, st))
-    return out
-
-
-def _granule(ns: int) -> int:
-    """The timestamp step a ctime shows (see the module text): 1 ns usually."""
-    g = 1
-    while g < 10 ** 9 and ns % (g * 10) == 0:
-        g *= 10
-    if g == 10 ** 9 and ns % (2 * 10 ** 9) == 0:
-        g = 2 * 10 ** 9
-    return g
-
-
-class Window:
-    __slots__ = ("start", "end", "roots", "pid", "alive", "after")
-
-    def __init__(self, start, end, roots, pid=0, alive=False, after=None):
-        self.start, self.end, self.roots, self.pid, self.alive = start, end, roots, pid, alive
-        self.after = after or {}
-        """Real path -> sha256 ("" none) of watched policy files read after the sandbox ended."""
-
-
-def windows_now(dir_fd: int) -> list:
-    """Every window: the closed ones, and one per record of a run in progress (``end``
-    None), with whether its sbxc is still alive."""
-    out = [Window(w[0], w[1], tuple(w[2]), after=dict(w[3]) if len(w) > 3 else None) for w in load_windows(dir_fd)]
-    try:
-        list_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
-        return out + [Window(0, None, ("/",))]  # cannot list: any run may be in progress
-    try:
-        with os.scandir(list_fd) as it:
-            names = [e.name for e in it if e.name.startswith(RECORD_PREFIX)]
-    finally:
-        os.close(list_fd)
-    for name in names:
-        rec, st = _read(dir_fd, name)
-        if rec is None:
-            if st is not None:
-                out.append(Window(0, None, ("/",)))  # damaged: what it could write is unknown
-            continue
-        start = min(int(rec.get("t0", 0)), st.st_ctime_ns)
-        pid = int(rec.get("pid", 0))
-        out.append(Window(start, None, tuple(rec.get("roots", ("/",))), pid, owner_alive(pid, rec.get("ident", ""))))
-    return out
-
-
-def _covering(windows, place: str, ctime: int, sha=None):
-    """The first window whose roots hold ``place`` and whose time holds ``ctime``. A closed
-    window does not count for a file whose content (``sha``) differs from what the watch
-    read after that run's sandbox had ended: its last change came later. That settles the
-    one case a ctime cannot (the coarse clock gives a write just after the run ended a
-    ctime up to one tick earlier) for the files a person usually edits between runs: the
-    current folder's policy and the plan's sources."""
-    g = _granule(ctime)
-    for w in windows:
-        if w.start - w.start % g <= ctime and (w.end is None or ctime < w.end) and any(under(place, r) for r in w.roots):
-            if sha is not None and w.end is not None and place in w.after and w.after[place] != sha:
-                continue
-            return w
-    return None
-
-
-def _hits(windows, path: str, sha: str, steps) -> list:
-    real = os.path.realpath(path)
-    return [(p, w) for p, st in steps
-            for w in [_covering(windows, p, st.st_ctime_ns, sha if p == real else None)] if w is not None]
-
-
-def _accept_name(real: str) -> str:
-    from .plancache import _hex
-
-    return ACCEPT_PREFIX + _hex(real.encode("utf-8", "surrogateescape"))
-
-
-def _ids(steps) -> list:
-    return [[p, st.st_dev, st.st_ino, st.st_ctime_ns] for p, st in steps]
-
-
-def accepted(dir_fd: int, path: str, sha: str, steps) -> bool:
-    entry, _st = _read(dir_fd, _accept_name(os.path.realpath(path)))
-    return entry is not None and entry.get("sha") == sha and entry.get("way") == _ids(steps)
-
-
-def refusal(path: str, place: str, w: Window) -> Refusal:
-    import time
-
-    shown = one_line(path, 300)
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(w.start / 1e9)) if w.start else "an unknown time"
-    link = "" if place == os.path.realpath(path) else f" (through {one_line(place, 200)})"
-    if w.end is not None:
-        how = f"by the sandboxed command of a run that started at {when} and could write there"
-    elif w.alive:
-        how = f"by the sandboxed command of a run still in progress (sbxc pid {w.pid}, started {when})"
-    else:
-        how = (f"by the sandboxed command of a run that started at {when} (sbxc pid {w.pid}) and ended without "
-               "completing its post-run checks")
-    return Refusal(f"the policy {shown}{link} may have been written {how}",
-                   f"review it, then accept it with 'sbxc compile --check {shown}'")
-
-
-def check_sources(dir_fd: int, sources) -> None:
-    """Refuse when a policy file (absolute paths of ``sources``, (path, sha256) pairs) is
-    tainted and not accepted. Reads the journal once."""
-    files = [(p, d) for p, d in sources if isinstance(p, str) and p.startswith("/")]
-    if not files:
-        return
-    windows = windows_now(dir_fd)
-    if not windows:
-        return
-    for path, sha in files:
-        steps = way(path)
-        hits = _hits(windows, path, sha, steps)
-        if accepted(dir_fd, path, sha, steps):
-            continue
-        if hits:
-            raise refusal(path, hits[0][0], hits[0][1])
-        # Clean now, so clean for as long as nothing changes it (a later window starts
-        # later than its ctime): noted, so that merging old windows into wider ones
-        # (``bound``) never turns a file already found clean into a tainted one.
-        _note(dir_fd, path, sha, steps)
-
-
-def _note(dir_fd: int, path: str, sha: str, steps) -> bool:
-    real = os.path.realpath(path)
-    try:
-        _write(dir_fd, _accept_name(real), {"v": JOURNAL_VERSION, "path": real, "sha": sha, "way": _ids(steps)})
-        return True
-    except OSError:
-        return False
-
-
-def accept(sources) -> tuple:
-    """``sbxc compile --check`` passed on ``sources``: record each tainted file (and the
-    links on the way) as accepted, and close the windows of runs whose sbxc is gone and
-    that could write one of them (the person has now looked; what such a run could write
-    before now stays tainted). Returns (paths accepted, pids of runs closed)."""
-    from .plancache import open_plans_dir
-
-    dir_fd = open_plans_dir()
-    if dir_fd < 0:
-        return [], []
-    done, closed = [], []
-    try:
-        windows = windows_now(dir_fd)
-        for path, sha in sources:
-            if not isinstance(path, str) or not path.startswith("/"):
-                continue
-            steps = way(path)
-            hit = _hits(windows, path, sha, steps)
-            if not hit or accepted(dir_fd, path, sha, steps):
-                continue
-            if _note(dir_fd, path, sha, steps):
-                done.append(path)
-        places = [p for path, _sha in sources if isinstance(path, str) and path.startswith("/")
-                  for p, _st in way(path)]
-        stale = [w for w in windows if w.end is None and w.pid and not w.alive and any(
-            under(p, r) for p in places for r in w.roots)]
-        if stale:
-            now = fs_now(dir_fd)
-            with _locked(dir_fd):
-                _append_windows(dir_fd, [[w.start, now, list(w.roots), []] for w in stale])
-            for name in _record_names(dir_fd):
-                rec, _st = _read(dir_fd, name)
-                if rec is not None and any(int(rec.get("pid", 0)) == w.pid for w in stale) and not owner_alive(
-                        int(rec.get("pid", 0)), rec.get("ident", "")):
-                    try:
-                        os.unlink(name, dir_fd=dir_fd)
-                        closed.append(int(rec["pid"]))
-                    except OSError:
-                        pass
-    finally:
-        os.close(dir_fd)
-    return done, closed
-
-
-def _record_names(dir_fd: int) -> list:
-    list_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
-    try:
-        with os.scandir(list_fd) as it:
-            return [e.name for e in it if e.name.startswith(RECORD_PREFIX)]
-    finally:
-        os.close(list_fd)

@@ -145,6 +145,18 @@ def _lookup(name: str, var: str, configured, path_value: str) -> tuple[str, str]
     return "", skipped
 
 
+def find_command(name: str, env) -> str:
+    """Where a shell would find the user's command ``name`` (no slash) on ``env``'s PATH,
+    on the host: the path as found (an empty PATH entry is the current folder), or ''.
+    Not a trusted lookup (that is ``host_program``): it answers 127 early, and names the
+    file the Landlock command execs in its own confined process."""
+    for d in (env.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":"):
+        p = (d or ".") + "/" + name
+        if os.access(p, os.X_OK) and not os.path.isdir(p):
+            return p
+    return ""
+
+
 def seccomp_available() -> bool:
     return os.path.exists("/proc/sys/kernel/seccomp/actions_avail")
 
@@ -206,17 +218,6 @@ def dir_listings(dirs) -> tuple:
             pass
         out.append((d, tuple(sorted(entries))))
     return tuple(out)
-
-
-def listing_digest(entries) -> str:
-    """A fingerprint of one folder's entries as ``dir_listings`` gives them. A plan built on
-    a listing (Landlock grants a folder's entries one by one) is stale once it changes."""
-    try:  # the builtin module: hashlib's OpenSSL bindings cost milliseconds of imports
-        from _sha256 import sha256
-    except ImportError:
-        from hashlib import sha256
-    text = "\0".join(f"{name}\1{kind}" for name, kind in sorted(entries))
-    return sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 def probe_host(environ=None, *, full: bool = True):

@@ -1,7 +1,8 @@
 """Runner for the sandbox-exec backend (macOS): ``sandbox-exec -f PROFILE -D ... -- CMD``.
 
-Implements the runner protocol of ``sbxc.runtime.launch`` (``prepare`` returns a
-``LaunchSpec``; nothing is started here). Hot path: imports ``os`` and the refusal type only.
+Implements the runner protocol of ``sbxc.runtime.spec`` (``prepare`` returns a
+``LaunchSpec``; nothing is started here). Hot path: ``os``, the refusal type and the tree
+removal (``sbxc.runtime.trees``).
 
 Fail-closed points:
 - the plan carries ``refuse`` reasons (a rule the profile could not express): 125;
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import os
 
+from ..layout import RUN_DIR_PREFIX
 from .errors import Refusal, one_line
+from .trees import remove_path
 
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"
 _PREFIX = b"sandbox-exec: "
@@ -34,43 +37,6 @@ def _private_dir(prefix: str) -> str:
                           "check that TMPDIR is writable") from None
         return os.path.realpath(name)
     raise Refusal("cannot make a private folder (names keep colliding)", "check TMPDIR")
-
-
-def _remove_tree(path: str) -> None:
-    """Delete ``path`` without following symlinks the command may have planted in it."""
-    if not path:
-        return
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        _empty(fd)
-    finally:
-        os.close(fd)
-    os.rmdir(path)
-
-
-def _empty(dir_fd: int) -> None:
-    for name in os.listdir(dir_fd):
-        try:
-            os.unlink(name, dir_fd=dir_fd)
-            continue
-        except IsADirectoryError:
-            pass
-        except PermissionError:
-            # macOS reports EPERM for unlink() of a folder.
-            if not _is_dir(name, dir_fd):
-                raise
-        sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
-        try:
-            _empty(sub)
-        finally:
-            os.close(sub)
-        os.rmdir(name, dir_fd=dir_fd)
-
-
-def _is_dir(name: str, dir_fd: int) -> bool:
-    import stat
-
-    return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
 
 
 def param_args(params, cache_dir, run_tmp: str) -> list[str]:
@@ -96,7 +62,7 @@ def param_args(params, cache_dir, run_tmp: str) -> list[str]:
 
 
 def prepare(planfile: dict, cmd: list, env: dict, ctx):
-    from .launch import LaunchSpec
+    from .spec import LaunchSpec
 
     lowered = planfile.get("lowered") or {}
     refuse = lowered.get("refuse") or []
@@ -114,7 +80,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
         # The profile goes in a private folder of its own: sandbox-exec reads it before the
         # sandbox applies, so no other user may swap it in between.
         prof_dir = _private_dir("sbxc-profile-")
-        cleanups.append(lambda: _remove_tree(prof_dir))
+        cleanups.append(lambda: remove_path(prof_dir))  # never follows a link the command left
         prof_path = os.path.join(prof_dir, "profile.sb")
         fd = os.open(prof_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
@@ -127,8 +93,8 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
         params = lowered.get("params") or []
         run_tmp = ""
         if any(p.get("source") == "run-tmp" for p in params):
-            run_tmp = _private_dir("sbxc-run-")
-            cleanups.append(lambda: _remove_tree(run_tmp))
+            run_tmp = _private_dir(RUN_DIR_PREFIX)
+            cleanups.append(lambda: remove_path(run_tmp))
             # The tmpfs path itself is denied on this backend, so temporary files go to the
             # per-run folder, unless the policy's env.set chose TMPDIR explicitly.
             if not any(k == "TMPDIR" for k, _v in (planfile.get("runtime") or {}).get("env_set", ())):

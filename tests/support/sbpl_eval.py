@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Union
 
+from sbxc.compiler.decide import decide
+
 
 class ProfileError(ValueError):
     """The text is not in the SBPL subset this evaluator understands."""
@@ -356,8 +358,6 @@ def disagreement(plan, data: dict, verdicts, profile: Profile, path: str, op: st
     libraries, device nodes). Declared towards less: a rule whose verdict is ``narrowed``
     or ``partial`` (tmpfs on Seatbelt; rename/delete of folders above a denying rule).
     """
-    from .decide import decide
-
     d = decide(plan, path)
     want = d.allows(op)
     got = profile_allows(profile, path, op)

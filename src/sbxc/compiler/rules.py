@@ -1,0 +1,178 @@
+"""Rule strings of the filesystem and network lists, parsed with Lark into positioned ASTs.
+
+The grammar (grammar/policy.lark) is loaded once; the Lark tree is turned into
+``FsRuleAst`` / ``NetRuleAst`` here and checked afterwards, never inside a Transformer.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Optional
+
+from .diagnostics import Diagnostic, diag, suggest
+from .plan import Span
+from .yamltree import YScalar, shorten
+
+@dataclass(frozen=True, slots=True)
+class PathAst:
+    text: str
+    """The path as written, quotes removed, variables not yet expanded."""
+    span: Span
+    scalar: Optional[YScalar] = None
+    """The YAML scalar of the whole rule, for pointing at a character inside the path."""
+    index: tuple[int, ...] = ()
+    """Offset in the rule string of each character of ``text`` (quotes and escapes skipped)."""
+
+    def span_at(self, offset: int, length: int = 1) -> Span:
+        if self.scalar is None or not (0 <= offset < len(self.index)):
+            return self.span
+        start = self.scalar.span_at(self.index[offset])
+        end_off = min(len(self.index) - 1, offset + max(1, length) - 1)
+        end = self.scalar.span_at(self.index[end_off])
+        if start is self.scalar.span or end.line != start.line:
+            return start
+        return Span(start.file, start.line, start.col, start.line, end.end_col)
+
+
+@dataclass(frozen=True, slots=True)
+class FsRuleAst:
+    verb: str
+    optional: bool
+    paths: tuple[PathAst, ...]
+    span: Span
+    verb_span: Span
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class NetRuleAst:
+    op: str
+    proto: str
+    port_lo: int
+    port_hi: int
+    span: Span
+    text: str
+
+
+FS_VERBS = ("read", "write", "tmpfs", "mask")
+NET_OPS = ("connect", "bind")
+NET_PROTOS = ("tcp",)
+
+
+@functools.lru_cache(maxsize=1)
+def rule_parser():
+    import lark
+
+    grammar = resources.files("sbxc").joinpath("grammar/policy.lark").read_text(encoding="utf-8")
+    return lark.Lark(grammar, parser="lalr", start=["fsrule", "netrule"], propagate_positions=True)
+
+
+def _lark_fail(e, scalar: YScalar, what: str, expected: str) -> Diagnostic:
+    import lark
+
+    col = 0
+    why = f"expected {expected}"
+    if isinstance(e, lark.exceptions.UnexpectedToken):
+        tok = e.token
+        if tok.type == "$END":
+            col = len(scalar.value)
+            why = f"ends early; expected {expected}"
+        else:
+            col = (tok.start_pos or 0)
+            why = f"unexpected \"{shorten(str(tok))}\"; expected {expected}"
+    elif isinstance(e, lark.exceptions.UnexpectedCharacters):
+        col = e.pos_in_stream or 0
+        ch = scalar.value[col] if col < len(scalar.value) else ""
+        why = f"unexpected character \"{ch}\"" + (" (unclosed quote?)" if ch == '"' else "")
+    elif isinstance(e, lark.exceptions.UnexpectedEOF):
+        col = len(scalar.value)
+        why = f"ends early; expected {expected}"
+    return diag("SBX014", scalar.span_at(max(0, min(col, len(scalar.value) - 1))), what=what, why=why)
+
+
+def parse_fs_rule(scalar: YScalar, diags: list[Diagnostic]) -> Optional[FsRuleAst]:
+    import lark
+
+    text = scalar.value
+    if not text.strip():
+        diags.append(diag("SBX014", scalar.span, what="filesystem rule", why="empty rule",
+                          hint="write a verb and a path, e.g. `read /usr`"))
+        return None
+    try:
+        tree = rule_parser().parse(text, start="fsrule")
+    except lark.exceptions.LarkError as e:
+        diags.append(_lark_fail(e, scalar, "filesystem rule", "a verb (read, write, tmpfs, mask) and then paths"))
+        return None
+    verb_tok = tree.children[0]
+    verb = str(verb_tok)
+    optional = verb.endswith("?")
+    if optional:
+        verb = verb[:-1]
+    vstart = verb_tok.start_pos
+    verb_span = scalar.span_at(vstart, len(verb))
+    if verb not in FS_VERBS:
+        diags.append(diag("SBX012", verb_span, verb=verb, suggest=suggest(verb, FS_VERBS)))
+        return None
+    paths = []
+    for ptree in tree.children[1:]:
+        tok = ptree.children[0]
+        start = tok.start_pos
+        if tok.type == "STRING":
+            inner, idx = [], []
+            i = 1
+            s = str(tok)
+            while i < len(s) - 1:
+                if s[i] == "\\" and i + 1 < len(s) - 1:
+                    inner.append(s[i + 1])
+                    idx.append(start + i + 1)
+                    i += 2
+                else:
+                    inner.append(s[i])
+                    idx.append(start + i)
+                    i += 1
+            ptext = "".join(inner)
+        else:
+            ptext = str(tok)
+            idx = list(range(start, start + len(ptext)))
+        paths.append(PathAst(ptext, scalar.span_at(start, len(str(tok))), scalar, tuple(idx)))
+    return FsRuleAst(verb, optional, tuple(paths), scalar.span, verb_span, text)
+
+
+def parse_net_rule(scalar: YScalar, diags: list[Diagnostic]) -> Optional[NetRuleAst]:
+    import lark
+
+    text = scalar.value
+    try:
+        tree = rule_parser().parse(text, start="netrule")
+    except lark.exceptions.LarkError as e:
+        diags.append(_lark_fail(e, scalar, "network rule", "`connect tcp PORT` or `bind tcp PORT-PORT`"))
+        return None
+    op_tok, proto_tok, port_tok = tree.children
+    ok = True
+    if str(op_tok) not in NET_OPS:
+        diags.append(diag("SBX013", scalar.span_at(op_tok.start_pos, len(op_tok)), key="network",
+                          value=str(op_tok), suggest=suggest(str(op_tok), NET_OPS)))
+        ok = False
+    if str(proto_tok) not in NET_PROTOS:
+        diags.append(diag("SBX013", scalar.span_at(proto_tok.start_pos, len(proto_tok)), key="network",
+                          value=str(proto_tok), suggest=suggest(str(proto_tok), NET_PROTOS),
+                          hint="only TCP ports can be allowed one by one"))
+        ok = False
+    m = re.fullmatch(r"([0-9]{1,5})(?:-([0-9]{1,5}))?", str(port_tok))
+    pspan = scalar.span_at(port_tok.start_pos, len(port_tok))
+    if not m:
+        diags.append(diag("SBX018", pspan, what=f"\"{shorten(str(port_tok))}\": expected PORT or PORT-PORT"))
+        return None
+    lo = int(m.group(1))
+    hi = int(m.group(2)) if m.group(2) else lo
+    if not (1 <= lo <= 65535 and 1 <= hi <= 65535):
+        diags.append(diag("SBX018", pspan, what=f"{port_tok}: ports are 1-65535"))
+        return None
+    if hi < lo:
+        diags.append(diag("SBX018", pspan, what=f"range {port_tok}: the first port is above the second"))
+        return None
+    if not ok:
+        return None
+    return NetRuleAst(str(op_tok), str(proto_tok), lo, hi, scalar.span, text)

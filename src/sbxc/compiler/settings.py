@@ -1,0 +1,233 @@
+"""Every key a policy file can hold, in one table, and the typed settings resolved from it.
+
+``TABLE`` is the single description of each key: its type, default, description and
+allowed values. The loader's schema (``schema``), the JSON Schema for editors
+(``json_schema``), the defaults the compiler applies (``resolve`` in merge.py)
+and print-config's default rows are all made from it, so they cannot drift apart.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Generic, Optional, TypeVar, Union
+
+from .. import cache as cachemod
+from ..layout import BACKEND_CHOICES  # noqa: F401 (the loader and its callers take it from here)
+from .plan import Span
+from .rules import FS_VERBS, FsRuleAst, NetRuleAst
+
+HOME_CHOICES = ("read-only", "hidden", "writable")
+FORMAT_VERSION = 1
+LOCKABLE = ("project", "backend", "home", "filesystem", "network", "cache", "env", "landlock", "syscalls", "workspace")
+
+
+@dataclass(frozen=True)
+class Field:
+    kind: str
+    """int, bool, str, enum, list, map, strmap, fsrule, netrule, network, syscall, envglob."""
+    doc: str = ""
+    choices: tuple = ()
+    item: Optional["Field"] = None
+    fields: Optional[dict] = None
+    lo: Optional[int] = None
+    hi: Optional[int] = None
+    required: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One key of the policy file: a dotted name (``landlock.min_abi``) for keys in a section."""
+
+    key: str
+    field: Field
+    default: object = None
+    """What applies when no file sets it (None: nothing, e.g. no quota)."""
+    shown: str = ""
+    """How print-config shows the default when the value alone would not say it."""
+    row: bool = True
+    """print-config shows a row for it (``sbxc`` and ``extends`` are not settings; ``env.set``
+    has one row per variable)."""
+
+
+SECTIONS = {
+    "cache": "Per-project dependency caches.",
+    "env": "Environment inside the sandbox.",
+    "landlock": "Landlock settings.",
+    "syscalls": "System call filter.",
+    "workspace": "Session workspace quotas.",
+}
+"""Keys that group others (``cache: {tools: ..., root: ...}``), with their descriptions."""
+
+# In print-config's order; the schema groups the dotted keys under their sections.
+TABLE: tuple[Key, ...] = (
+    Key("sbxc", Field("int", "Policy format version; must be 1.", lo=1, hi=1, required=True), row=False),
+    Key("extends", Field("list", "Policies this one builds on, applied in order: builtin:NAME or a path relative "
+                                 "to this file.", item=Field("str")), (), row=False),
+    Key("project", Field("str", "Project root, relative to this file (default: the file's folder)."),
+        None, "the policy file's folder"),
+    Key("backend", Field("enum", "Sandbox backend.", choices=BACKEND_CHOICES), "auto"),
+    Key("home", Field("enum", "The home folder inside the sandbox.", choices=HOME_CHOICES), "read-only"),
+    Key("network", Field("network", "true (default), false, or a list of `connect tcp PORT` / "
+                                    "`bind tcp PORT[-PORT]` rules.", item=Field("netrule")), True),
+    Key("cache.tools", Field("list", "Tools whose caches point into the project's cache folder (default: all).",
+                             item=Field("enum", choices=tuple(cachemod.TOOLS))), cachemod.DEFAULT_TOOLS, "all"),
+    Key("cache.root", Field("str", "Cache root; must lie outside the home folder (default /var/tmp/sbxc-{uid})."),
+        cachemod.ROOT_TEMPLATE),
+    Key("cache.required", Field("bool", "Refuse to run instead of falling back to a throwaway cache."), False),
+    Key("env.pass", Field("list", "Host variables let through; globs * and ? allowed.", item=Field("envglob")), ()),
+    Key("env.set", Field("strmap", "Variables set inside the sandbox (they win over pass)."), (), row=False),
+    Key("landlock.min_abi", Field("int", "Refuse to run on a kernel with a lower Landlock ABI.", lo=1, hi=64), 1),
+    Key("landlock.best_effort", Field("bool", "Run with what the kernel has, and say what was dropped."), False),
+    Key("syscalls.deny", Field("list", "Syscalls refused with EPERM, added to the builtin list.",
+                               item=Field("syscall")), (), "the builtin list"),
+    Key("syscalls.allow_unix_sockets", Field("bool", "Landlock backend: allow creating Unix sockets (default false)."),
+        False),
+    Key("filesystem", Field("list", "Filesystem rules: VERB[?] PATH..., VERB one of read, write, tmpfs, mask.",
+                            item=Field("fsrule")), ()),
+    Key("locked", Field("list", "Keys a policy extending this one may only tighten.",
+                        item=Field("enum", choices=LOCKABLE)), ()),
+    Key("workspace.max_bytes", Field("int", "Most bytes one session's workspace may hold.", lo=1, hi=1 << 62)),
+    Key("workspace.max_sessions", Field("int", "Most sessions at once.", lo=1, hi=1 << 20)),
+)
+
+KEYS = {k.key: k for k in TABLE}
+SCHEMA_ORDER = ("sbxc", "extends", "project", "backend", "home", "filesystem", "network", "cache", "env",
+                "landlock", "syscalls", "locked", "workspace")
+
+
+@functools.lru_cache(maxsize=1)
+def schema() -> dict[str, Field]:
+    """Top-level key -> Field, sections as ``map`` Fields holding their keys (what the loader checks)."""
+    out: dict[str, Field] = {}
+    for name in SCHEMA_ORDER:
+        if name in SECTIONS:
+            subs = {k.key.split(".", 1)[1]: k.field for k in TABLE if k.key.startswith(name + ".")}
+            out[name] = Field("map", SECTIONS[name], fields=subs)
+        else:
+            out[name] = KEYS[name].field
+    return out
+
+
+def json_schema() -> dict:
+    def conv(f: Field) -> dict:
+        d: dict = {}
+        if f.doc:
+            d["description"] = f.doc
+        k = f.kind
+        if k == "int":
+            d["type"] = "integer"
+            if f.lo is not None:
+                d["minimum"] = f.lo
+            if f.hi is not None:
+                d["maximum"] = f.hi
+        elif k == "bool":
+            d["type"] = "boolean"
+        elif k == "str":
+            d["type"] = "string"
+        elif k == "enum":
+            d["enum"] = list(f.choices)
+        elif k == "list":
+            d["type"] = "array"
+            d["items"] = conv(f.item)
+        elif k == "map":
+            d["type"] = "object"
+            d["additionalProperties"] = False
+            d["properties"] = {n: conv(sub) for n, sub in f.fields.items()}
+        elif k == "strmap":
+            d["type"] = "object"
+            d["propertyNames"] = {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}
+            d["additionalProperties"] = {"type": "string"}
+        elif k == "fsrule":
+            d["type"] = "string"
+            d["pattern"] = r"^\s*(" + "|".join(FS_VERBS) + r")\??\s+\S"
+        elif k == "netrule":
+            d["type"] = "string"
+            d["pattern"] = r"^\s*(connect|bind)\s+tcp\s+[0-9]{1,5}(-[0-9]{1,5})?\s*$"
+        elif k == "network":
+            d["oneOf"] = [{"type": "boolean"}, {"type": "array", "items": conv(f.item)}]
+        elif k == "syscall":
+            d["type"] = "string"
+            d["pattern"] = "^[a-z_][a-z0-9_]*$"
+        elif k == "envglob":
+            d["type"] = "string"
+            d["pattern"] = "^[A-Za-z0-9_*?]+$"
+        return d
+
+    sch = schema()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://sbxc.invalid/schema/policy-1.json",
+        "title": "sbxc sandbox policy (sandbox.policy.yaml)",
+        "type": "object",
+        "additionalProperties": False,
+        "required": [n for n, f in sch.items() if f.required],
+        "properties": {n: conv(f) for n, f in sch.items()},
+    }
+
+
+# ---------------------------------------------------------------- resolved settings (typed)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Value(Generic[T]):
+    """One resolved setting: the winning value and where it was written."""
+
+    value: T
+    span: Optional[Span] = None
+    """Where the winning value was written (a file or the command line); None for the default."""
+    base_dir: str = ""
+    """Folder of the file that wrote it (``project`` is relative to it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSettings:
+    tools: Value[tuple[str, ...]]
+    root: Value[str]
+    """As written: variables not yet expanded."""
+    required: Value[bool]
+
+
+@dataclass(frozen=True, slots=True)
+class EnvSettings:
+    passed: tuple[Value[str], ...]
+    """Names and globs of ``env.pass``, each where it was written, in file order."""
+    set: tuple[tuple[str, str], ...]
+    """``env.set`` by name."""
+
+
+@dataclass(frozen=True, slots=True)
+class LandlockSettings:
+    min_abi: Value[int]
+    best_effort: Value[bool]
+
+
+@dataclass(frozen=True, slots=True)
+class SyscallSettings:
+    deny: tuple[str, ...]
+    """Names the policies add to the builtin deny list."""
+    allow_unix_sockets: Value[bool]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceSettings:
+    max_bytes: Value[Optional[int]]
+    max_sessions: Value[Optional[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every key of the merged policy files (and the command line), defaults filled in."""
+
+    project: Value[Optional[str]]
+    """None: the top policy file's folder."""
+    backend: Value[str]
+    home: Value[str]
+    filesystem: tuple[FsRuleAst, ...]
+    network: Value[Union[bool, tuple[NetRuleAst, ...]]]
+    cache: CacheSettings
+    env: EnvSettings
+    landlock: LandlockSettings
+    syscalls: SyscallSettings
+    workspace: WorkspaceSettings

@@ -1,0 +1,75 @@
+"""Refuse a run whose command could rewrite the code sbxc itself runs from.
+
+sbxc runs unsandboxed. If its package, its interpreter or a folder on ``sys.path`` (the
+standard library, the site-packages sbxc and its dependencies load from) lies where the
+plan lets the command write, one command can plant code there and the next ``sbxc exec``
+runs it outside any sandbox. Only the filesystem can say where sbxc came from, so this is
+checked on every run: a few ``realpath`` calls, no imports beyond ``os`` and ``sys``.
+
+Not covered, because no check can be: a ``python -m sbxc`` started in a folder the sandbox
+writes puts that folder first on ``sys.path``, so a planted ``sbxc/`` there runs instead
+of this code (SECURITY.md). That entry is left out here for the same reason: whatever
+planted code it could hold has already run, and it is the folder commands work in.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from .errors import Refusal, one_line
+
+FIX = ("install sbxc outside anything the policy makes writable (e.g. with scripts/setup into a "
+       "folder of your own), or make its folder read-only in the policy")
+
+
+def own_paths() -> list:
+    """Real paths of what sbxc's process loads code from: its package folder, the
+    interpreter and its prefix, and each existing ``sys.path`` entry."""
+    # sbxc's package folder: this file is sbxc/runtime/owncode.py.
+    paths = [os.path.dirname(os.path.dirname(os.path.realpath(__file__))), os.path.realpath(sys.executable),
+             os.path.realpath(sys.prefix)]
+    entries = list(sys.path)
+    # The entry Python adds for ``-m`` / a script when not isolated (see the docstring).
+    if entries and not sys.flags.safe_path and not sys.flags.isolated:
+        entries = entries[1:]
+    for entry in entries:
+        if entry and os.path.exists(entry):
+            paths.append(os.path.realpath(entry))
+    return paths
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _access_at(checks, path: str) -> str:
+    """The access the deepest rule holding ``path`` gives (as launch.access_at; kept
+    here so this module depends on nothing else of the runtime)."""
+    best, depth = "none", -1
+    for rpath, _kind, access, *_rule in checks:
+        d = 0 if rpath == "/" else rpath.count("/")
+        if d > depth and _inside(path, rpath):
+            best, depth = access, d
+    return best
+
+
+def check(checks, cache_dir) -> None:
+    """Raise ``Refusal`` when a path the plan's command may write (its ``write`` rules,
+    the deepest rule deciding; the project's cache folder) holds, or lies inside, one of
+    ``own_paths()``."""
+    writes = [p for p, _kind, access, *_rule in checks if access == "write"]
+    cache = os.path.realpath(cache_dir) if cache_dir else ""
+    for own in own_paths():
+        where = ""
+        if _access_at(checks, own) == "write":
+            where = "a folder this plan lets commands write"
+        elif cache and (_inside(own, cache) or _inside(cache, own)):
+            where = f"the cache folder {one_line(cache, 200)}"
+        else:
+            for w in writes:
+                if _inside(w, own):
+                    where = f"{one_line(w, 200)}, which this plan lets commands write"
+                    break
+        if where:
+            raise Refusal(f"sbxc runs its own code from {one_line(own, 200)}, in {where}, so a sandboxed "
+                          "command could plant code that the next sbxc run executes unsandboxed", FIX)

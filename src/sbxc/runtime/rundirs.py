@@ -1,0 +1,116 @@
+"""Per-run folders: made fresh for one run, locked while it lasts, reaped once a run that
+was killed left them behind. Landlock's stand-ins for ``tmpfs`` rules
+(``sbxc-run-<16 hex>``, in the rule's folder or /tmp) and the throwaway cache roots
+(``sbxc-throwaway-<uid>-<16 hex>``, in /var/tmp or /tmp) are both such folders, and both
+are reaped by ``reap``.
+
+A folder is held by an flock on its descriptor for as long as its run lasts; the lock
+dies with the process, however it ends. One that is unlocked and older than
+``STALE_AFTER`` was left by a run that was killed before its clean-up. The age rule
+covers the few microseconds between a folder's mkdir and its lock.
+
+Hot path (only with per-run folders): ``os`` and ``fcntl``; ``time`` when reaping.
+"""
+from __future__ import annotations
+
+import os
+
+from ..layout import RUN_DIR_PREFIX
+from .errors import Refusal
+
+STALE_AFTER = 60.0
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def reap(base_fd: int, prefix: str, uid: int, *, now: float | None = None, name_len: int = 0,
+         remove: bool = True) -> tuple[list, list]:
+    """This user's folders in ``base_fd`` whose names start with ``prefix`` (and are
+    ``name_len`` long, when given), that no run holds and that are older than
+    STALE_AFTER: ``(names, errors)``. With ``remove`` each is deleted while its lock is
+    held (a run starting meanwhile makes a new name, and no second reaper takes it);
+    ``errors`` holds an OSError per folder that could not be removed entirely. Without,
+    they are only listed. Entries that are links, files or someone else's are never
+    touched."""
+    import fcntl
+    import time
+
+    from .trees import remove_tree
+
+    now = time.time() if now is None else now
+    try:
+        list_fd = os.open(".", _O_DIR, dir_fd=base_fd)
+    except OSError:
+        return [], []
+    try:
+        with os.scandir(list_fd) as it:
+            names = [e.name for e in it if e.name.startswith(prefix) and (not name_len or len(e.name) == name_len)]
+    except OSError:
+        return [], []
+    finally:
+        os.close(list_fd)
+    found, errors = [], []
+    for name in names:
+        try:
+            fd = os.open(name, _O_DIR, dir_fd=base_fd)
+        except OSError:
+            continue  # a link, a file, gone: not a folder sbxc made
+        try:
+            st = os.fstat(fd)
+            if st.st_uid != uid or now - st.st_mtime < STALE_AFTER:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a running sbxc holds it
+            if remove:
+                try:
+                    remove_tree(base_fd, name)
+                except OSError as e:
+                    errors.append(e)
+                    continue
+            found.append(name)
+        finally:
+            os.close(fd)  # the lock goes last
+    return found, errors
+
+
+def reap_run_dirs(base: str, now: float | None = None) -> int:
+    """Remove the stale per-run folders in ``base`` (best effort); how many were removed."""
+    try:
+        base_fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        return len(reap(base_fd, RUN_DIR_PREFIX, os.geteuid(), now=now, name_len=len(RUN_DIR_PREFIX) + 16)[0])
+    finally:
+        os.close(base_fd)
+
+
+def make_run_dir(base: str) -> tuple[str, int]:
+    """A fresh 0700 per-run folder with a random name in ``base``, opened and checked
+    without following symlinks (``base`` may be shared, e.g. /tmp), and locked for as long
+    as the returned descriptor stays open. Stale ones in ``base`` are reaped first."""
+    import fcntl
+
+    reap_run_dirs(base)
+    for _ in range(16):
+        name = RUN_DIR_PREFIX + os.urandom(8).hex()
+        path = base.rstrip("/") + "/" + name
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        try:
+            fd = os.open(path, _O_DIR)
+        except OSError:
+            fd = -1
+        st = os.fstat(fd) if fd >= 0 else None
+        if st is None or st.st_uid != os.geteuid():
+            if fd >= 0:
+                os.close(fd)
+            raise Refusal(f"the per-run folder {path} is not the folder sbxc made", "check who else writes to " + base)
+        # A reaper sees the folder unlocked between the mkdir and this flock; the age rule
+        # (STALE_AFTER) covers that window.
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return path, fd
+    raise Refusal(f"could not make a per-run folder in {base}", "check that it is writable")

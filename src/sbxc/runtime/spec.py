@@ -1,0 +1,97 @@
+"""The runner protocol: what the runtime core hands a backend's runner and what it gets back.
+
+The runners import this module, never the core (``sbxc.runtime.launch``), which imports them.
+
+Each backend has a module ``sbxc.runtime.<name>_run`` (``bwrap_run``, ``landlock_run``,
+``sbpl_run``) with one function::
+
+    prepare(planfile: dict, cmd: list[str], env: dict[str, str], ctx: Context) -> LaunchSpec
+
+``planfile`` is the loaded plan (sbxc.planfile layout); ``cmd`` the command and its
+arguments exactly as the user gave them; ``env`` the command's environment, already
+filtered (env.pass globs, cache variables, env.set); ``ctx`` the run's facts (below).
+It raises ``sbxc.runtime.errors.Refusal`` for anything that stops the run (exit 125).
+It must not start any process; the core (``sbxc.runtime.launch``) forks once and execs
+``spec.argv``.
+
+``LaunchSpec`` carries:
+
+- ``argv``: what to execve, ``argv[0]`` an absolute path (``bwrap``, or the command
+  itself for a runner that confines its own process).
+- ``env``: the environment for that execve. For bwrap it is the command's own, so that
+  bwrap's process (pid 1 inside) carries no secret of the caller.
+- ``pass_fds``: descriptors that stay open across the exec; every other descriptor the
+  caller left open is closed in the child before the exec.
+- ``child_setup``: ``None`` or a callable run in the forked child just before the exec
+  (e.g. Landlock's restrict_self, loading BPF). Raising ``Refusal`` there ends the child
+  with 125 and the refusal line; the command never starts.
+- ``exec_is_command``: True when ``argv[0]`` is the user's command (exec failures become
+  126/127 as in a shell); False when it is the sandbox tool (exec failure: 125).
+- ``started``: ``None`` or a callable telling whether the sandbox has finished its set-up
+  (bwrap: it has consumed the seccomp pipe). Until then stderr is held back, so bwrap's own
+  error message is not shown raw but as one ``sbxc:`` line.
+- ``setup_failed``: ``None`` or ``(status, early_stderr: str) -> Refusal | None``, asked
+  after the child ended: a Refusal when the sandbox failed before the command ran.
+- ``command_status``: ``None`` or ``(status, first_stderr: bytes) -> int`` to map a
+  launcher's "could not exec the command" to 126/127 (bwrap exits 1 for that).
+- ``cleanups``: callables run after the child ended (in reverse order), also on failure.
+- ``after_exit``: ``None`` or a callable run once the child has ended and been waited
+  for, before the cleanups and before the post-run policy check, also on failure: a
+  runner without a PID namespace ends the processes the command left behind there
+  (Landlock), so none of them can still write to what those look at.
+- ``own_pgrp``: True to put the child in a process group of its own (before
+  ``child_setup``), so the terminal's Ctrl-C reaches sbxc only and sbxc decides where it
+  goes. Leave False when ``child_setup`` calls ``setsid`` (a group leader cannot).
+- ``signal_target``: ``None`` or a callable returning the process group that forwarded
+  signals should go to (the command's, inside the sandbox), or ``None`` when not known
+  yet; signals then go to the child process itself.
+
+``Context`` carries ``project``, ``cwd``, ``uid``, ``is_root``, ``network`` (``on``/``off``/
+``rules``, after flags), ``cache`` (the cachedir ``CacheSetup`` or None), ``plans_dir``
+(the plan cache folder that no sandbox may write; hide or deny it), ``warn(line)``,
+``environ`` (the caller's environment: for finding the sandbox tool, never for the
+command), ``host`` (the run's ``staleness.HostNow``: the trusted bwrap, the Landlock ABI,
+read once; ``None`` outside the core, e.g. in a benchmark: the runner reads them then).
+docs/runtime.md has the same protocol as a table.
+"""
+from __future__ import annotations
+
+
+class LaunchSpec:
+    __slots__ = ("argv", "env", "pass_fds", "child_setup", "exec_is_command", "started",
+                 "setup_failed", "command_status", "cleanups", "own_pgrp", "signal_target", "after_exit")
+
+    def __init__(self, argv, env, pass_fds=(), child_setup=None, exec_is_command=False,
+                 started=None, setup_failed=None, command_status=None, cleanups=None,
+                 own_pgrp=False, signal_target=None, after_exit=None):
+        self.argv = list(argv)
+        self.env = env
+        self.pass_fds = tuple(pass_fds)
+        self.child_setup = child_setup
+        self.exec_is_command = exec_is_command
+        self.started = started
+        self.setup_failed = setup_failed
+        self.command_status = command_status
+        self.cleanups = list(cleanups or ())
+        self.own_pgrp = own_pgrp
+        self.signal_target = signal_target
+        self.after_exit = after_exit
+
+
+class Context:
+    __slots__ = ("project", "cwd", "uid", "is_root", "network", "cache", "plans_dir", "warn", "environ", "host")
+
+    def __init__(self, **kw):
+        for k in self.__slots__:
+            setattr(self, k, kw.get(k))
+
+
+class RunState:
+    """What ``exec_main`` must know to report a failure truthfully: whether the command's
+    process was started (forked), and its status once known."""
+
+    __slots__ = ("started", "status")
+
+    def __init__(self):
+        self.started = False
+        self.status = None

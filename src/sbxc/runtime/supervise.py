@@ -1,0 +1,424 @@
+"""Process supervision: one implementation for every runner. The core forks the sandbox's
+first process, relays its stderr, forwards signals to it, waits and reports its status
+(``run``); a runner whose command has no PID namespace of bwrap's keeps a reaper of its
+own (Landlock), which forwards signals, waits and ends what is left with the same
+pieces (``forward_signals``, ``wait_for``, ``end_descendants``, ``exit_code``).
+
+Statuses are as a shell reports them: the command's own, 128+N when it died of signal N.
+
+Hot path: ``os``, ``_signal`` and ``select``; ``time`` only when processes are left to end.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from .errors import REFUSED, Refusal, one_line
+
+# SPEC §5: one fixed hint after a failed command whose stderr shows a network failure.
+# Lower-case bytes; matched case-insensitively on stderr only. The text printed is the
+# constant below, never anything taken from the output.
+NETWORK_PATTERNS = (
+    b"could not resolve host",
+    b"name resolution",
+    b"network is unreachable",
+    b"connection refused",
+    b"cannot assign requested address",
+)
+NETWORK_HINT = (
+    "sbxc: hint: the network is off in this sandbox; if the command needs it, run "
+    "`sbxc exec --network=true ...` or set `network: true` in the policy\n"
+)
+_OVERLAP = max(len(p) for p in NETWORK_PATTERNS) - 1
+
+# Signals passed on to the sandbox process; the rest keep their default action.
+# SIGWINCH too: the command has no controlling terminal under bwrap (new session), so a
+# resize of the caller's terminal reaches it only this way.
+FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH")
+
+
+def exit_code(status) -> int:
+    """A wait status as a shell reports it: the exit code, or 128+N for signal N; 125
+    (sbxc's own failure) when there is none."""
+    if status is None:
+        return REFUSED
+    rc = os.waitstatus_to_exitcode(status)
+    return 128 - rc if rc < 0 else rc
+
+
+def deliver(signum: int, pid: int, group=None) -> None:
+    """Send ``signum`` to process group ``group`` when known, else to ``pid``; a target
+    that is gone (or no longer ours to signal) is no error."""
+    try:
+        if group:
+            os.killpg(group, signum)
+        else:
+            os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def forward_signals(handler) -> dict:
+    """Install ``handler(signum, frame)`` for every FORWARDED signal; returns the previous
+    dispositions for ``restore_signals``."""
+    import _signal
+
+    return {getattr(_signal, name): _signal.signal(getattr(_signal, name), handler) for name in FORWARDED}
+
+
+def restore_signals(old: dict) -> None:
+    import _signal
+
+    for num, h in old.items():
+        _signal.signal(num, h)
+
+
+def default_signals() -> None:
+    """Every FORWARDED signal back to its default action: in a process that must not keep a
+    supervisor's handlers (the command before its exec resets them anyway, a namespace's
+    idle init)."""
+    import _signal
+
+    for name in FORWARDED:
+        _signal.signal(getattr(_signal, name), _signal.SIG_DFL)
+
+
+def wait_for(pid: int):
+    """Wait until child ``pid`` ends, reaping every other child that ends meanwhile (a
+    subreaper's orphans); its wait status, or None when it was never ours to wait for."""
+    for _ in range(1 << 40):  # ends with pid: every round reaps one process
+        try:
+            done, st = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return None
+        if done == pid:
+            return st
+    return None
+
+
+def children() -> list:
+    """PIDs of this process's children (zombies included), from
+    /proc/self/task/*/children; where the kernel lacks that file (CONFIG_PROC_CHILDREN
+    off), from every process's parent in /proc/*/stat."""
+    out = []
+    # Only a missing file leads to the slower fallback. Any other error (EMFILE: a
+    # process lowered our RLIMIT_NOFILE) propagates: an empty answer would read as
+    # "nothing left to end".
+    try:
+        tids = os.listdir("/proc/self/task")
+    except FileNotFoundError:
+        tids = []
+    try:
+        for tid in tids:
+            with open(f"/proc/self/task/{tid}/children", "rb") as f:
+                out += [int(x) for x in f.read().split()]
+        return out
+    except FileNotFoundError:
+        pass
+    me = os.getpid()
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        # The command name in parentheses may hold spaces and ')': the fields follow the last ')'.
+        fields = data[data.rfind(b")") + 2:].split()
+        if len(fields) > 1 and int(fields[1]) == me:
+            out.append(int(name))
+    return out
+
+
+def end_descendants(limit: float = 5.0) -> int:
+    """SIGKILL every process below this one and reap it, until none remain.
+
+    Needs PR_SET_CHILD_SUBREAPER on this process: an orphan is reparented to the nearest
+    subreaper, and the kernel does that (exit_notify) before the dying parent becomes a
+    zombie, so once a child is reaped its own children are already ours. Killing only
+    our own unreaped children is free of PID-reuse races (a zombie keeps its PID). A
+    process that forks in the meantime adds a child that the next round finds. Bounded:
+    rounds and ``limit`` seconds (a process in uninterruptible sleep does not die at
+    once). Returns how many children remain."""
+    import time
+
+    deadline = time.monotonic() + limit
+    for _ in range(100000):
+        kids = children()
+        if not kids:
+            return 0
+        for pid in kids:
+            try:
+                os.kill(pid, 9)  # SIGKILL
+            except ProcessLookupError:
+                pass
+        reaped = 0
+        for pid in kids:
+            try:
+                done, _st = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid  # reaped elsewhere, or not ours after all
+            reaped += done != 0
+        if time.monotonic() > deadline:
+            break
+        if not reaped:
+            time.sleep(0.002)
+    return len(children())
+
+
+def processes_left() -> int:
+    """Children of sbxc still running once the sandbox's own process was waited for: on
+    Landlock sbxc is a child subreaper, so a process of the command that its reaper could
+    not end comes here. Zombies are reaped on the way."""
+    left = 0
+    for _ in range(1 << 16):
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return left
+        if pid == 0:
+            return 1
+    return left
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    while data:
+        try:
+            n = os.write(fd, data)
+        except OSError:
+            return False  # stderr went away: keep draining so the command is not blocked
+        data = data[n:]
+    return True
+
+
+def _close_fds_except(keep) -> None:
+    """Close every descriptor from 3 up except ``keep``: one the caller left open (a
+    socket, a secret file) must not reach the sandbox."""
+    keep = sorted(k for k in keep if k > 2)
+    lo = 3
+    for k in keep:
+        if k > lo:
+            os.closerange(lo, k)
+        lo = k + 1
+    os.closerange(lo, 1 << 20)
+
+
+def _ignore_signal(_signum, _frame) -> None:
+    return None
+
+
+def _relay_chunks(pid: int, err_r: int, wake_r: int):
+    """Yield what arrives on ``err_r`` (bytes) and, once, the child's wait status (int).
+
+    After the child has ended, only what is already in the pipe is taken (non-blocking):
+    a background process of the command that keeps stderr open does not keep sbxc waiting.
+    """
+    import select
+
+    while True:
+        ready = select.select([err_r, wake_r], [], [])[0]
+        if err_r in ready:
+            chunk = os.read(err_r, 65536)
+            if not chunk:
+                return  # every writer is gone; the caller waits for the status
+            yield chunk
+        if wake_r in ready:
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = pid, 0
+            if done:
+                os.set_blocking(err_r, False)
+                try:
+                    while True:
+                        chunk = os.read(err_r, 65536)
+                        if not chunk:
+                            break
+                        yield chunk
+                except BlockingIOError:
+                    pass
+                yield status
+                return
+
+
+def run(spec, network_off: bool, state=None) -> int:
+    """Fork, exec ``spec.argv``, relay stderr when it is not a terminal, wait, clean up.
+    ``state`` (a ``RunState``) learns that the command's process was started."""
+    import _signal
+
+    interpose = not os.isatty(2)
+    err_r = err_w = -1
+    if interpose:
+        err_r, err_w = os.pipe()  # both O_CLOEXEC; err_w becomes fd 2 in the child
+    # Reports from the child between fork and exec (child_setup refusal, exec errno).
+    rep_r, rep_w = os.pipe()
+
+    child = [0]
+
+    def forward(signum, _frame):
+        if child[0] <= 0:
+            return
+        group = None
+        if spec.signal_target is not None:
+            try:
+                group = spec.signal_target()
+            except OSError:
+                group = None
+        deliver(signum, child[0], group)
+
+    old = forward_signals(forward)
+    # SIGCHLD wakes the relay loop (through the wakeup descriptor), so sbxc returns when
+    # the command ends even if something it started in the background keeps stderr open.
+    wake_r = wake_w = -1
+    old_wakeup = None
+    if interpose:
+        wake_r, wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        old[_signal.SIGCHLD] = _signal.signal(_signal.SIGCHLD, _ignore_signal)
+        old_wakeup = _signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _child(spec, err_w, rep_w)  # never returns
+        child[0] = pid
+        if state is not None:
+            state.started = True  # from here on, no message may say the command did not run
+        os.close(rep_w)
+        if err_w >= 0:
+            os.close(err_w)
+        report = b""
+        while True:
+            chunk = os.read(rep_r, 4096)
+            if not chunk:
+                break
+            report += chunk
+        os.close(rep_r)
+
+        first = b""
+        matched = False
+        status = None
+        if interpose:
+            held = []
+            started = spec.started is None
+            tail = b""
+            scan = network_off
+            for chunk in _relay_chunks(pid, err_r, wake_r):
+                if isinstance(chunk, int):
+                    status = chunk  # the child ended (its wait status)
+                    continue
+                if not started:
+                    if spec.started():
+                        started = True
+                        for h in held:
+                            _write_all(2, h)
+                        held = []
+                    else:
+                        held.append(chunk)
+                        continue
+                if len(first) < 256:
+                    first += chunk[: 256 - len(first)]
+                _write_all(2, chunk)
+                if scan:
+                    low = tail + chunk.lower()
+                    for p in NETWORK_PATTERNS:
+                        if p in low:
+                            matched = True
+                            scan = False
+                            break
+                    tail = low[-_OVERLAP:]
+            os.close(err_r)
+            early = b"".join(held)
+        else:
+            early = b""
+        while status is None:
+            try:
+                _, status = os.waitpid(pid, 0)
+            except ChildProcessError:
+                status = 0
+        child[0] = 0
+        rc = exit_code(status)
+
+        if report:
+            kind, _, text = report.decode("utf-8", "replace").partition(":")
+            if kind == "refused":
+                cause, _, fix = text.partition("\x00")
+                sys.stderr.write(Refusal(cause, fix).line() + "\n")
+                return REFUSED
+            if kind == "exec":
+                errno_, _, what = text.partition(":")
+                if spec.exec_is_command:
+                    code = 127 if errno_ == "2" else 126
+                    sys.stderr.write(f"sbxc: {one_line(what)}: {'command not found' if code == 127 else 'cannot execute'}\n")
+                    return code
+                sys.stderr.write(Refusal(f"could not start {what} (errno {errno_})",
+                                         "check the backend is installed (sbxc doctor)").line() + "\n")
+                return REFUSED
+        if spec.setup_failed is not None:
+            refusal = spec.setup_failed(rc, early.decode("utf-8", "replace"))
+            if refusal is not None:
+                sys.stderr.write(refusal.line() + "\n")
+                return REFUSED
+        if early:
+            _write_all(2, early)  # the runner judged it the command's own output
+        if spec.command_status is not None:
+            rc = spec.command_status(rc, first)
+        if matched and rc != 0:
+            _write_all(2, NETWORK_HINT.encode())
+        return rc
+    finally:
+        if old_wakeup is not None:
+            _signal.set_wakeup_fd(old_wakeup)
+        restore_signals(old)
+        for fd in (wake_r, wake_w):
+            if fd >= 0:
+                os.close(fd)
+        if spec.after_exit is not None:
+            try:
+                spec.after_exit()
+            except Exception as e:
+                sys.stderr.write(f"sbxc: warning: ending the command's processes failed: {one_line(str(e))}\n")
+        for fn in reversed(spec.cleanups):
+            try:
+                fn()
+            except Exception as e:  # a failed cleanup is reported, never hidden
+                sys.stderr.write(f"sbxc: warning: cleanup failed: {one_line(str(e))}\n")
+
+
+def _child(spec, err_w: int, rep_w: int) -> None:
+    """In the forked child: stderr into the relay, close stray descriptors, set up, exec."""
+    code = REFUSED
+    try:
+        import _signal
+
+        # Python ignores SIGPIPE and SIGXFSZ for itself; an ignored signal stays ignored
+        # across exec, so `yes | head` inside would see EPIPE instead of dying as in a shell.
+        for name in ("SIGPIPE", "SIGXFSZ"):
+            _signal.signal(getattr(_signal, name), _signal.SIG_DFL)
+        if spec.own_pgrp:
+            os.setpgid(0, 0)
+        if err_w >= 0:
+            os.dup2(err_w, 2)  # dup2 clears O_CLOEXEC on fd 2
+        for fd in spec.pass_fds:
+            os.set_inheritable(fd, True)
+        _close_fds_except(tuple(spec.pass_fds) + (rep_w,))
+        if spec.child_setup is not None:
+            spec.child_setup()
+        try:
+            os.execve(spec.argv[0], spec.argv, spec.env)
+        except OSError as e:
+            os.write(rep_w, f"exec:{e.errno}:{spec.argv[0]}".encode("utf-8", "replace"))
+            code = 127 if e.errno == 2 else 126
+    except Refusal as r:
+        os.write(rep_w, f"refused:{r.cause}\x00{r.fix}".encode("utf-8", "replace"))
+    except BaseException as e:  # anything else before the exec is a refusal, not a crash
+        try:
+            os.write(rep_w, f"refused:could not set up the sandbox ({e!r})\x00please report this".encode("utf-8", "replace"))
+        except BaseException:
+            pass
+    os._exit(code)
