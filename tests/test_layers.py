@@ -23,6 +23,7 @@ LEAVES = frozenset({
     "sbxc.discovery",   # where a policy file is looked for
     "sbxc.denylist",    # the builtin syscall deny list and its reasons
     "sbxc.landlock_abi",  # Landlock's access rights per ABI
+    "sbxc.linkwalk",    # resolving a path link by link
 })
 
 # What each layer may import besides itself and the leaves.

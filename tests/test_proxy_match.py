@@ -11,6 +11,20 @@ from sbxc.runtime import proxy_match as match
 from sbxc.runtime import proxy_proto as proto
 
 
+@pytest.fixture(autouse=True)
+def _no_connections(monkeypatch):
+    """The addresses below (public, private, link-local) are data for classification only.
+    Should a change make any of it open a connection, it fails here instead of sending
+    anything off this machine."""
+    def refuse(*_a, **_k):
+        raise AssertionError("test_proxy_match must not connect or resolve anything")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
 def rules(*specs):
     return match.Rules([(host, ports, f"test:{i}") for i, (host, ports) in enumerate(specs)])
 

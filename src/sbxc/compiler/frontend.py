@@ -148,38 +148,19 @@ def _links_problem(path: str, uid: int) -> str:
     """Check every symlink met while resolving ``path`` like the file itself: a link
     someone else controls chooses which file the caller's run compiles."""
     import os
-    import posixpath
-    import stat
 
-    parts = [p for p in path.split("/") if p and p != "."]
-    resolved = "/"
-    for _ in range(256):
-        if not parts:
-            return ""
-        part = parts.pop(0)
-        if part == "..":
-            resolved = posixpath.dirname(resolved) or "/"
-            continue
-        cand = posixpath.join(resolved, part)
+    from ..linkwalk import links_on_the_way
+
+    links, _final = links_on_the_way(path)  # missing or a loop: opening it reports that
+    for place, st, folder in links:
         try:
-            st = os.lstat(cand)
+            dst = os.stat(folder)
         except OSError:
-            return ""  # missing: opening it reports that
-        if stat.S_ISLNK(st.st_mode):
-            try:
-                dst = os.stat(resolved)
-                target = os.readlink(cand)
-            except OSError:
-                return ""
-            why = _entry_problem(f"the symlink {cand}", st, resolved, dst, uid)
-            if why:
-                return why
-            if target.startswith("/"):
-                resolved = "/"
-            parts = [p for p in target.split("/") if p and p != "."] + parts
-            continue
-        resolved = cand
-    return ""  # a link loop: opening it reports ELOOP
+            return ""
+        why = _entry_problem(f"the symlink {place}", st, folder, dst, uid)
+        if why:
+            return why
+    return ""
 
 
 def read_policy_file(path: str, diags: list[Diagnostic], span: Optional[Span] = None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from ..linkwalk import links_on_the_way
 from .errors import Refusal, one_line
 from .journal import (ACCEPT_PREFIX, JOURNAL_VERSION, RECORD_PREFIX, append_windows, fs_now, load_windows,
                       owner_alive, read, under, windows_lock)
@@ -21,38 +22,8 @@ def way(path: str) -> list:
     """(place, st) of every symlink met while resolving ``path`` and of the file it
     reaches: each could have been planted. ``place`` is the entry's real location (its
     folder resolved, its own name kept)."""
-    import posixpath
-    import stat
-
-    parts = [p for p in path.split("/") if p and p != "."]
-    resolved = "/"
-    out = []
-    for _ in range(256):
-        if not parts:
-            break
-        part = parts.pop(0)
-        if part == "..":
-            resolved = posixpath.dirname(resolved) or "/"
-            continue
-        cand = posixpath.join(resolved, part)
-        try:
-            st = os.lstat(cand)
-        except OSError:
-            break
-        if stat.S_ISLNK(st.st_mode):
-            out.append((cand, st))
-            try:
-                target = os.readlink(cand)
-            except OSError:
-                break
-            if target.startswith("/"):
-                resolved = "/"
-            parts = [p for p in target.split("/") if p and p != "."] + parts
-            continue
-        resolved = cand
-        if not parts:
-            out.append((cand, st))
-    return out
+    links, final = links_on_the_way(path)
+    return [(place, st) for place, st, _folder in links] + ([final] if final is not None else [])
 
 
 def _granule(ns: int) -> int:
