@@ -100,13 +100,7 @@ def _pump_splice(d: _Direction) -> None:
                     # the free space): with bytes pending, wait until dst took some.
                     d.full = d.pending > 0
                 else:
-                    if n == 0:
-                        d.eof = True
-                    else:
-                        d.pending += n
-                        if d.budget is not None:
-                            d.budget -= n
-                        moved = True
+                    moved = _took(d, n) or moved
         if d.pending:
             try:
                 d.pending -= os.splice(d.pipe_r, d.dst.fileno(), d.pending, flags=_SPLICE_FLAGS)
@@ -119,6 +113,17 @@ def _pump_splice(d: _Direction) -> None:
             _finish(d)
         if not moved:
             break
+
+
+def _took(d: _Direction, n: int) -> bool:
+    """Account for ``n`` bytes read from ``d.src`` (0: its end); True when bytes moved."""
+    if n == 0:
+        d.eof = True
+        return False
+    d.pending += n
+    if d.budget is not None:
+        d.budget -= n
+    return True
 
 
 def _pump_copy(d: _Direction) -> None:
@@ -137,13 +142,7 @@ def _pump_copy(d: _Direction) -> None:
                 except (BlockingIOError, InterruptedError):
                     pass
                 else:
-                    if n == 0:
-                        d.eof = True
-                    else:
-                        d.pending += n
-                        if d.budget is not None:
-                            d.budget -= n
-                        moved = True
+                    moved = _took(d, n) or moved
         if d.pending:
             try:
                 sent = d.dst.send(d.view[d.off:d.off + d.pending])
