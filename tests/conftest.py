@@ -14,6 +14,29 @@ if _TESTS not in sys.path:
 
 _DESELECTED = []
 
+# Every sbxc this suite runs keeps its plans, run journal and caches in a private root, never
+# in the caller's real /var/tmp/sbxc-{uid}: suites running side by side then share nothing,
+# and a test run leaves nothing in the real root (tests/test_private_root.py checks both).
+if not os.environ.get("SBXC_ROOT"):
+    import atexit
+    import shutil
+    import tempfile
+
+    _ROOT_PARENT = tempfile.mkdtemp(prefix="sbxc-test-root-", dir="/var/tmp")
+    os.environ["SBXC_ROOT"] = _ROOT_PARENT + "/root"
+
+    def _drop_root():
+        def writable(func, path, exc):
+            try:
+                os.chmod(os.path.dirname(path), 0o700)
+                os.chmod(path, 0o700)
+            except OSError:
+                pass
+            func(path)
+        shutil.rmtree(_ROOT_PARENT, onerror=lambda f, p, e: writable(f, p, e) if os.path.lexists(p) else None)
+
+    atexit.register(_drop_root)
+
 
 def pytest_collection_modifyitems(config, items):
     if os.geteuid() == 0:

@@ -187,7 +187,7 @@ def test_cache_path_defaults_to_the_default_root(base):
     project.mkdir()
     r = sbxc("cache", "path", cwd=project)
     assert r.returncode == 0
-    assert r.stdout.strip() == cache.project_dir(cache.default_root(UID), str(project))
+    assert r.stdout.strip() == cache.project_dir(cache.default_root(UID, os.environ), str(project))
 
 
 def test_clear_never_follows_links_out(base):

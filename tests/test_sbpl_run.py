@@ -194,7 +194,7 @@ def _run_driver(tmp_path, cmd, fail=""):
     driver.write_text(DRIVER)
     tmpdir = tmp_path / "t"
     tmpdir.mkdir(exist_ok=True)
-    env = {"PATH": "/usr/bin:/bin", "HOME": host.home, "SBXC_FAKE": str(fake), "TMPDIR": str(tmpdir),
+    env = {"PATH": "/usr/bin:/bin", "HOME": host.home, "SBXC_FAKE": str(fake), "TMPDIR": str(tmpdir), "SBXC_ROOT": os.environ["SBXC_ROOT"],
            "PYTHONPATH": os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")}
     p = subprocess.run([sys.executable, str(driver), str(tmp_path / "plan.json"), *cmd], cwd=proj, env=env,
                        capture_output=True, text=True, timeout=60)

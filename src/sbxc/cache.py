@@ -18,6 +18,7 @@ import hashlib
 import os
 
 from .layout import CACHE_MARKER_SUFFIX as MARKER_SUFFIX, CACHE_ROOT_TEMPLATE as ROOT_TEMPLATE  # noqa: F401
+from .layout import default_cache_root
 
 # Tool name (as written in ``cache.tools``) -> the variables that point it at its cache.
 # Each variable gets its own subfolder of the project's cache (``SUBDIRS``), so two tools
@@ -58,14 +59,14 @@ _HASH_CHARS = 16  # 64 bits of sha256: collisions need ~2^32 projects under one 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
-def default_root(uid: int) -> str:
-    """The default cache root: ``/var/tmp/sbxc-{uid}``.
+def default_root(uid: int, environ=None) -> str:
+    """The default cache root: ``/var/tmp/sbxc-{uid}`` (``$SBXC_ROOT`` from ``environ`` when set).
 
     Outside the home folder (which stays read-only in the sandbox) and on disk rather than
     in a RAM-backed ``/tmp``. ``/var/tmp`` is world-writable and sticky: another user can
     pre-create this name, which the runtime detects (owner check) before using it.
     """
-    return ROOT_TEMPLATE.format(uid=uid)
+    return default_cache_root(uid, environ)
 
 
 def project_id(real_path: str) -> str:

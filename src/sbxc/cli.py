@@ -44,6 +44,16 @@ def main(argv=None) -> int:
     if entry is None:
         sys.stderr.write(f"sbxc: unknown command {argv[0]!r}\n{USAGE}")
         return 2
+    from os import environ
+
+    from .layout import ROOT_ENV, root_env_problem
+
+    problem = root_env_problem(environ)
+    if problem:
+        # Checked once here, so every layer below may take the value as a plain folder name:
+        # a relative one would put plans and caches wherever the command happens to run.
+        sys.stderr.write(f"sbxc: {problem}; set {ROOT_ENV} to an absolute folder outside the home folder, or unset it\n")
+        return 125 if argv[0] == "exec" else 2
     if argv[0] == "exec":
         # exec words its own failures (125 before the command ran, the command's status
         # after) and leaves through os._exit: nothing of it comes back here.

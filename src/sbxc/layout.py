@@ -47,12 +47,36 @@ def builtin_policy_path(name: str) -> str:
     return f"{PACKAGE_DIR}/policies/{name}.yaml"
 
 
-def default_cache_root(uid: int) -> str:
+ROOT_ENV = "SBXC_ROOT"
+"""Names another default cache root (and so another plans folder). The command line checks
+once, before any command runs, that a value set is a normal absolute path; test suites and
+throwaway environments use it so they never touch the caller's real root."""
+
+
+def default_cache_root(uid: int, environ=None) -> str:
+    """The default cache root: ``$SBXC_ROOT`` from ``environ`` when set, else
+    ``/var/tmp/sbxc-{uid}``."""
+    if environ is not None:
+        root = environ.get(ROOT_ENV)
+        if root:
+            return root
     return CACHE_ROOT_TEMPLATE.replace("{uid}", str(uid))
 
 
-def plans_dir(uid: int) -> str:
-    return default_cache_root(uid) + "/" + PLANS_SUBDIR
+def plans_dir(uid: int, environ=None) -> str:
+    return default_cache_root(uid, environ) + "/" + PLANS_SUBDIR
+
+
+def root_env_problem(environ) -> str | None:
+    """Why ``$SBXC_ROOT`` cannot be used, or None when it is unset or a normal absolute path."""
+    root = environ.get(ROOT_ENV)
+    if root is None:
+        return None
+    parts = root.split("/")
+    if (not root.startswith("/") or root == "/" or root.endswith("/") or "//" in root
+            or "." in parts or ".." in parts or "\0" in root):
+        return f"{ROOT_ENV}={root!r} is not a normal absolute path"
+    return None
 
 
 MAX_POLICY_BYTES = 1 << 20

@@ -70,6 +70,7 @@ def base_env(home: str, extra=None) -> dict:
         "HOME": home,
         "LANG": "C.UTF-8",
         "PYTHONPATH": SRC,
+        "SBXC_ROOT": os.environ.get("SBXC_ROOT"),
     }
     env.update(extra or {})
     return {k: v for k, v in env.items() if v is not None}
@@ -101,7 +102,7 @@ def remove_project_cache(project: str, root: str = "") -> None:
     from sbxc import cache
     from sbxc.runtime import cachedir
 
-    cachedir.remove_project_at(root or cache.default_root(os.getuid()), project, os.getuid())
+    cachedir.remove_project_at(root or cache.default_root(os.getuid(), os.environ), project, os.getuid())
 
 
 @pytest.fixture

@@ -79,7 +79,7 @@ def test_exec_refuses_a_policy_left_in_a_shared_folder_by_another_user(bwrap_wor
 def default_root_files():
     """A file in the default root's plans/ and another project's cache folder there, made
     the way sbxc makes them (0700 folders, checked); removed afterwards."""
-    root = cache.default_root(UID)
+    root = cache.default_root(UID, os.environ)
     root_fd = cachedir.open_root(root, UID, create=True)
     tag = os.urandom(6).hex()
     other = f"hardening-test-{tag}"

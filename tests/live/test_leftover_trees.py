@@ -153,7 +153,7 @@ def test_nasty_cache_is_measured_and_cleared(bwrap_works, project, home, victim,
            ' && echo tampered > "$XDG_CACHE_HOME/evil"', BUILD]
     r = run(sbxc_argv("exec", "--backend", backend, "--", *cmd), env=env, cwd=project)
     assert r.rc == 0, r
-    pdir = cache.project_dir(cache.default_root(os.getuid()), project)
+    pdir = cache.project_dir(cache.default_root(os.getuid(), os.environ), project)
     assert os.path.exists(os.path.join(pdir, "xdg", "evil"))
     assert os.path.lexists(os.path.join(pdir, "xdg", "nasty", "locked"))
 

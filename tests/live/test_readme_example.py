@@ -34,7 +34,8 @@ def test_readme_first_example_runs_sandboxed(bwrap_works, home, tmp_path):
     venv_bin = os.path.dirname(sys.executable)
     path = [p for p in os.environ.get("PATH", "/usr/bin:/bin").split(":")
             if p and os.path.realpath(p) != os.path.realpath(venv_bin)]
-    env = {"PATH": ":".join([str(bindir)] + path), "HOME": home, "LANG": "C.UTF-8", "TMPDIR": str(tmp_path)}
+    env = {"PATH": ":".join([str(bindir)] + path), "HOME": home, "LANG": "C.UTF-8", "TMPDIR": str(tmp_path),
+           "SBXC_ROOT": os.environ["SBXC_ROOT"]}
     script = first_example() + "\npwd > \"$HOME/example-folder\"\n"
     p = subprocess.run(["bash", "-e", "-c", script], env=env,
                        capture_output=True, text=True, timeout=120)

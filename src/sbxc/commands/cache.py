@@ -64,7 +64,7 @@ def locate(project_arg: str | None, root_arg: str | None, uid: int) -> tuple[str
     found = policy_cache(project)
     if found:
         return project, found[0], found[1], found[2]
-    root = cachemod.default_root(uid)
+    root = cachemod.default_root(uid, os.environ)
     return project, root, cachemod.project_dir(root, project), True
 
 

@@ -144,7 +144,7 @@ def _size_line(root_fd: int, pid: str) -> tuple[str, float | None]:
 
 def clear_command(root: str, pid: str, project: str, uid: int) -> str:
     base = ["sbxc", "cache", "clear"]
-    if os.path.normpath(root) != cachemod.default_root(uid):
+    if os.path.normpath(root) != cachemod.default_root(uid, os.environ):
         base += ["--root", root]
     if project and cachemod.project_id(project) == pid:
         base += ["--project", project]
@@ -247,7 +247,7 @@ def main(argv) -> int:
     else:
         from .cache import find_project, policy_cache
 
-        roots = [cachemod.default_root(uid)]
+        roots = [cachemod.default_root(uid, os.environ)]
         found = policy_cache(find_project(os.getcwd()))
         if found and found[2] and os.path.normpath(found[0]) not in roots:
             roots.append(os.path.normpath(found[0]))

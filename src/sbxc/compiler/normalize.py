@@ -14,6 +14,7 @@ from typing import Mapping, Optional
 
 from .. import cache as cachemod
 from ..denylist import BUILTIN_DENY
+from ..layout import ROOT_ENV
 from .diagnostics import Related, diag
 from .expand import Expander, lexical, tmp_dir
 from .hostpaths import HostPaths
@@ -142,7 +143,12 @@ def _project(ps: Value, ex: Expander, ctx: Context, root_dir: str) -> tuple[Opti
 def _cache(cs: CacheSettings, ex: Expander, ctx: Context, homes: tuple[str, str], project_real: str) -> CachePlan:
     named = set(cs.tools.value)
     tools = [t for t in cachemod.TOOLS if t in named]
-    root = ex.expand(cs.root.value, lambda o, n: _at(cs.root), allowed=("home", "uid", "tmp"))
+    raw = cs.root.value
+    if raw == cachemod.ROOT_TEMPLATE and ctx.environ.get(ROOT_ENV):
+        # $SBXC_ROOT moves the default root (the command line checked it is a normal
+        # absolute path); a root the policy names stays where it says.
+        raw = ctx.environ[ROOT_ENV]
+    root = ex.expand(raw, lambda o, n: _at(cs.root), allowed=("home", "uid", "tmp"))
     cache_dir = cache_root = ""
     if root is not None:
         home, home_real = homes
@@ -179,7 +185,7 @@ def _cache_candidates(cache_plan: CachePlan, ctx: Context, skipped: list[Skipped
     # The default root holds the plan cache (plans/, with environment values expansion
     # read) and the caches of projects that keep the default: hidden whatever cache.root
     # says, and with the cache off too.
-    droot = lexical(cachemod.default_root(ctx.uid))
+    droot = lexical(cachemod.default_root(ctx.uid, ctx.environ))
     droot = posixpath.join(ctx.paths.realpath(posixpath.dirname(droot)), posixpath.basename(droot))
     dkind = ctx.paths.kind(droot)
     if cache_plan.enabled and droot == cache_plan.root:

@@ -95,7 +95,7 @@ def check_plan_location(real: str, cwd: str) -> None:
     if _inside(real, cwd):
         raise Refusal(f"the plan {one_line(real, 200)} lies in the current folder's tree, where sandboxed commands "
                       "run, so one could have rewritten it", _PLAN_FIX)
-    default_root = default_cache_root(uid)
+    default_root = default_cache_root(uid, os.environ)
     if _inside(real, default_root):
         raise Refusal(f"the plan {one_line(real, 200)} lies under the cache root {default_root}, whose project "
                       "folders sandboxed commands write", _PLAN_FIX)

@@ -48,7 +48,7 @@ _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
 def plans_dir(uid: int | None = None) -> str:
-    return layout.plans_dir(os.getuid() if uid is None else uid)
+    return layout.plans_dir(os.getuid() if uid is None else uid, os.environ)
 
 
 def sha256_hex(data: bytes) -> str:
