@@ -47,6 +47,9 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX023": (ERROR, "\"{key}\" is locked and this {change}"),
     "SBX024": (ERROR, "extends chain is deeper than {limit} files"),
     "SBX025": (ERROR, "policy file {path} is not safe to use: {why}"),
+    # YAML typing of plain scalars
+    "SBX026": (ERROR, "{key}: YAML reads {text} as {how}, not as text"),
+    "SBX027": (ERROR, "{key}: YAML readers disagree on the number {text}: {how}"),
     # variables and paths
     "SBX030": (ERROR, "unknown variable \"{{{name}}}\"{suggest}"),
     "SBX031": (ERROR, "environment variable ${name} is not set"),
