@@ -14,7 +14,7 @@ from typing import Any, Optional
 from .diagnostics import Diagnostic, diag, has_errors, suggest
 from .plan import Span
 from .rules import parse_fs_rule, parse_net_rule
-from .settings import FORMAT_VERSION, Field, schema
+from .settings import FORMAT_VERSION, SIZE_PATTERN, SIZE_UNITS, Field, schema
 from .yamltree import Unreadable, YMap, YNode, YScalar, YSeq, shorten, type_name
 
 
@@ -74,6 +74,7 @@ def _describe(f: Field) -> str:
         "list": "a list", "map": "a mapping", "strmap": "a mapping of names to strings",
         "fsrule": "a rule string", "netrule": "a rule string", "network": "true, false or a list of rules",
         "syscall": "a syscall name", "envglob": "a variable name or glob",
+        "size": "a number of bytes or a size such as 2G",
     }.get(f.kind, f.kind)
 
 
@@ -211,7 +212,7 @@ def _check_scalar(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
         return None
     if k == "bool":
         return _check_bool(node, f, key, diags)
-    if k == "int":
+    if k == "int" or (k == "size" and any(_whole(r) is not None or isinstance(r, float) for r in node.readings())):
         return _check_int(node, f, key, diags)
     # Every other kind is text. A plain scalar some YAML reader types (0755, 1.10, yes,
     # 2026-01-02, ~) would reach the command changed, or mean another thing to another tool.
@@ -297,6 +298,11 @@ def _check_string(node: YScalar, f: Field, key: str, diags: list[Diagnostic]):
             diags.append(diag("SBX013", node.span, key=key, value=v, suggest=suggest(v, f.choices)))
             return None
         return Located(v, node.span)
+    if k == "size":
+        if not re.fullmatch(SIZE_PATTERN.strip("^$"), v):
+            diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
+            return None
+        return Located(int(v[:-1]) * SIZE_UNITS[v[-1]], node.span)
     if k == "fsrule":
         return parse_fs_rule(node, diags)
     if k == "netrule":
