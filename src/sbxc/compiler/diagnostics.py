@@ -54,6 +54,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX030": (ERROR, "unknown variable \"{{{name}}}\"{suggest}"),
     "SBX031": (ERROR, "environment variable ${name} is not set"),
     "SBX032": (ERROR, "malformed variable: {why}"),
+    "SBX029": (ERROR, "\"{written}\" is {what}, which sbxc does not expand{suggest}"),
     "SBX033": (ERROR, "path must be absolute after expansion: \"{path}\""),
     "SBX034": (ERROR, "{path} does not exist"),
     "SBX035": (ERROR, "{verb} {path}: \"{link}\" is a symlink (to {target}); a writable rule through a symlink could point writes anywhere"),
@@ -68,6 +69,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX043": (WARNING, "network rule {rule} is already covered"),
     "SBX044": (WARNING, "env.pass \"{glob}\" lets secrets through, e.g. {example}"),
     "SBX045": (WARNING, "{key} is accepted but not enforced: per-session workspaces are not part of this version"),
+    "SBX046": (WARNING, "\"{written}\" looks like a Windows variable, which sbxc does not expand; the path keeps it as written{suggest}"),
     # enforcement (from the backends' reports)
     "SBX050": (ERROR, "{backend}: {subject}: not enforceable: {why}"),
     "SBX051": (ERROR, "{backend}: {subject}: partial: {why} (--strict)"),
