@@ -19,6 +19,7 @@ works with HOME unset, ``{uid}`` where bash's UID is not exported, ``{project}``
 project root (what ``$PWD`` usually means in a policy, though not always the same folder)."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_WINDOWS_VAR = re.compile(r"%([A-Za-z_][A-Za-z0-9_]*)%")
 
 
 def did_you_mean(name: str) -> str:
@@ -52,15 +53,8 @@ class Expander:
         if text == "~" or text.startswith("~/"):
             out.append(self.values["home"])
             i = 1
-        elif text.startswith("~"):
-            m = re.match(r"~([A-Za-z_][A-Za-z0-9_.-]*|[+-])", text)
-            if m:
-                # ~user, ~+ and ~- are a shell's; sbxc knows only the caller's own home.
-                self.ctx.diags.append(diag(
-                    "SBX029", at(0, m.end()), written=m.group(), what="shell syntax",
-                    suggest="; did you mean \"{project}\"?" if m.group(1) == "+" else "",
-                    hint="~ alone (or ~/...) is your home folder; write another user's home as an absolute path"))
-                return None
+        elif self._tilde_slip(text, at):
+            return None
         while i < n:
             c = text[i]
             if c == "$" and text.startswith("${", i):
@@ -80,18 +74,14 @@ class Expander:
                 j = text.find("}", i)
                 name = text[i + 1:j] if j > 0 else ""
                 if text.startswith("{{", i):
-                    inner = re.match(r"\{\{\s*([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}", text[i:])
-                    self.ctx.diags.append(diag(
-                        "SBX032", at(i, inner.end() if inner else 2), why="\"{{\" is template syntax",
-                        hint=(f"did you mean \"{{{inner.group(1)}}}\"? " if inner else "")
-                        + "variables take one pair of braces: " + ", ".join("{" + v + "}" for v in VARIABLES)))
+                    self._template_slip(text, i, at)
                     return None
                 if j < 0 or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", name):
                     self.ctx.diags.append(diag("SBX032", at(i, 1), why="\"{\" that does not start a {variable}",
                                                hint="variables are " + ", ".join("{" + v + "}" for v in VARIABLES)))
                     return None
                 v = self._variable(name, allowed, at, i, j - i + 1)
-            elif c == "%" and (m := re.compile(r"%([A-Za-z_][A-Za-z0-9_]*)%").match(text, i)):
+            elif c == "%" and (m := _WINDOWS_VAR.match(text, i)):
                 # A file name may hold %, and % means nothing to sbxc: keep the text, but say
                 # that a Windows variable was not expanded (the path is then rarely the one meant).
                 self.ctx.diags.append(diag("SBX046", at(i, m.end() - i), written=m.group(),
@@ -113,6 +103,25 @@ class Expander:
                 out.append(v)
             i = j + 1
         return "".join(out) if ok else None
+
+    def _tilde_slip(self, text: str, at) -> bool:
+        """``~user``, ``~+``, ``~-`` at the start: a shell's; sbxc knows only the caller's home."""
+        m = re.match(r"~([A-Za-z_][A-Za-z0-9_.-]*|[+-])", text)
+        if not m:
+            return False
+        self.ctx.diags.append(diag(
+            "SBX029", at(0, m.end()), written=m.group(), what="shell syntax",
+            suggest="; did you mean \"{project}\"?" if m.group(1) == "+" else "",
+            hint="~ alone (or ~/...) is your home folder; write another user's home as an absolute path"))
+        return True
+
+    def _template_slip(self, text: str, i: int, at) -> None:
+        """``{{name}}``: a template engine's braces, one pair too many."""
+        inner = re.match(r"\{\{\s*([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}", text[i:])
+        self.ctx.diags.append(diag(
+            "SBX032", at(i, inner.end() if inner else 2), why="\"{{\" is template syntax",
+            hint=(f"did you mean \"{{{inner.group(1)}}}\"? " if inner else "")
+            + "variables take one pair of braces: " + ", ".join("{" + v + "}" for v in VARIABLES)))
 
     def _dollar_slip(self, text: str, i: int, at) -> None:
         """``$NAME``, ``$env:NAME`` or ``$(...)``: shell spellings sbxc does not expand."""
