@@ -47,10 +47,14 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX023": (ERROR, "\"{key}\" is locked and this {change}"),
     "SBX024": (ERROR, "extends chain is deeper than {limit} files"),
     "SBX025": (ERROR, "policy file {path} is not safe to use: {why}"),
+    # YAML typing of plain scalars
+    "SBX026": (ERROR, "{key}: YAML reads {text} as {how}, not as text"),
+    "SBX027": (ERROR, "{key}: YAML readers disagree on the number {text}: {how}"),
     # variables and paths
     "SBX030": (ERROR, "unknown variable \"{{{name}}}\"{suggest}"),
     "SBX031": (ERROR, "environment variable ${name} is not set"),
     "SBX032": (ERROR, "malformed variable: {why}"),
+    "SBX029": (ERROR, "\"{written}\" is {what}, which sbxc does not expand{suggest}"),
     "SBX033": (ERROR, "path must be absolute after expansion: \"{path}\""),
     "SBX034": (ERROR, "{path} does not exist"),
     "SBX035": (ERROR, "{verb} {path}: \"{link}\" is a symlink (to {target}); a writable rule through a symlink could point writes anywhere"),
@@ -65,6 +69,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX043": (WARNING, "network rule {rule} is already covered"),
     "SBX044": (WARNING, "env.pass \"{glob}\" lets secrets through, e.g. {example}"),
     "SBX045": (WARNING, "{key} is accepted but not enforced: per-session workspaces are not part of this version"),
+    "SBX046": (WARNING, "\"{written}\" looks like a Windows variable, which sbxc does not expand; the path keeps it as written{suggest}"),
     # enforcement (from the backends' reports)
     "SBX050": (ERROR, "{backend}: {subject}: not enforceable: {why}"),
     "SBX051": (ERROR, "{backend}: {subject}: partial: {why} (--strict)"),

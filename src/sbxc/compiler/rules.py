@@ -92,6 +92,18 @@ def _lark_fail(e, scalar: YScalar, what: str, expected: str) -> Diagnostic:
     return diag("SBX014", scalar.span_at(max(0, min(col, len(scalar.value) - 1))), what=what, why=why)
 
 
+def _run_together(tokens, scalar: YScalar, what: str) -> Optional[Diagnostic]:
+    """A diagnostic for the first word that follows the previous one with no blank between
+    (``read/usr``, ``"a""b"``): the lexer can split them, but the person may have meant one
+    path, so the rule says neither (and the JSON Schema requires the blank)."""
+    for prev, tok in zip(tokens, tokens[1:]):
+        if tok.start_pos == prev.end_pos:
+            return diag("SBX014", scalar.span_at(tok.start_pos), what=what,
+                        why=f"\"{shorten(str(prev))}\" and \"{shorten(str(tok))}\" run together",
+                        hint="put a space between the words; quote a path that holds spaces or quotes")
+    return None
+
+
 def parse_fs_rule(scalar: YScalar, diags: list[Diagnostic]) -> Optional[FsRuleAst]:
     import lark
 
@@ -106,6 +118,10 @@ def parse_fs_rule(scalar: YScalar, diags: list[Diagnostic]) -> Optional[FsRuleAs
         diags.append(_lark_fail(e, scalar, "filesystem rule", "a verb (read, write, tmpfs, mask) and then paths"))
         return None
     verb_tok = tree.children[0]
+    bad = _run_together([verb_tok] + [p.children[0] for p in tree.children[1:]], scalar, "filesystem rule")
+    if bad is not None:
+        diags.append(bad)
+        return None
     verb = str(verb_tok)
     optional = verb.endswith("?")
     if optional:
@@ -150,6 +166,10 @@ def parse_net_rule(scalar: YScalar, diags: list[Diagnostic]) -> Optional[NetRule
         diags.append(_lark_fail(e, scalar, "network rule", "`connect tcp PORT` or `bind tcp PORT-PORT`"))
         return None
     op_tok, proto_tok, port_tok = tree.children
+    bad = _run_together(tree.children, scalar, "network rule")
+    if bad is not None:
+        diags.append(bad)
+        return None
     ok = True
     if str(op_tok) not in NET_OPS:
         diags.append(diag("SBX013", scalar.span_at(op_tok.start_pos, len(op_tok)), key="network",

@@ -24,7 +24,7 @@ LOCKABLE = ("project", "backend", "home", "filesystem", "network", "cache", "env
 @dataclass(frozen=True)
 class Field:
     kind: str
-    """int, bool, str, enum, list, map, strmap, fsrule, netrule, network, syscall, envglob."""
+    """int, bool, str, enum, list, map, strmap, fsrule, netrule, network, syscall, envglob, size."""
     doc: str = ""
     choices: tuple = ()
     item: Optional["Field"] = None
@@ -86,11 +86,25 @@ TABLE: tuple[Key, ...] = (
                             item=Field("fsrule")), ()),
     Key("locked", Field("list", "Keys a policy extending this one may only tighten.",
                         item=Field("enum", choices=LOCKABLE)), ()),
-    Key("workspace.max_bytes", Field("int", "Most bytes one session's workspace may hold.", lo=1, hi=1 << 62)),
+    Key("workspace.max_bytes", Field("size", "Most bytes one session's workspace may hold: a number of bytes, "
+                                             "or digits and K, M, G or T (powers of 1024), e.g. 2G.",
+                                     lo=1, hi=1 << 62)),
     Key("workspace.max_sessions", Field("int", "Most sessions at once.", lo=1, hi=1 << 20)),
 )
 
 KEYS = {k.key: k for k in TABLE}
+
+# The rule grammar (grammar/policy.lark) as regular expressions for the JSON Schema, so an
+# editor flags what the loader would: words apart by blanks, a path bare or double-quoted.
+_PATH = r"""([^\s"]+|"(\\.|[^"\\])*")"""
+FS_RULE_PATTERN = r"^[ \t]*(" + "|".join(FS_VERBS) + r")\??([ \t]+" + _PATH + r")+[ \t]*$"
+# 1-65535, leading zeros allowed up to five digits, as the loader reads a port.
+_PORT = (r"(0{0,4}[1-9]|0{0,3}[1-9][0-9]|0{0,2}[1-9][0-9]{2}|0?[1-9][0-9]{3}|[1-5][0-9]{4}"
+         r"|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])")
+NET_RULE_PATTERN = r"^[ \t]*(connect|bind)[ \t]+tcp[ \t]+" + _PORT + "(-" + _PORT + r")?[ \t]*$"
+SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+SIZE_PATTERN = r"^[1-9][0-9]{0,5}[KMGT]$"
+"""Sizes as text: at most six digits, so even ``999999T`` stays below the 2**62 limit."""
 SCHEMA_ORDER = ("sbxc", "extends", "project", "backend", "home", "filesystem", "network", "cache", "env",
                 "landlock", "syscalls", "locked", "workspace")
 
@@ -124,6 +138,7 @@ def json_schema() -> dict:
             d["type"] = "boolean"
         elif k == "str":
             d["type"] = "string"
+            d["minLength"] = 1
         elif k == "enum":
             d["enum"] = list(f.choices)
         elif k == "list":
@@ -139,10 +154,13 @@ def json_schema() -> dict:
             d["additionalProperties"] = {"type": "string"}
         elif k == "fsrule":
             d["type"] = "string"
-            d["pattern"] = r"^\s*(" + "|".join(FS_VERBS) + r")\??\s+\S"
+            d["pattern"] = FS_RULE_PATTERN
         elif k == "netrule":
             d["type"] = "string"
-            d["pattern"] = r"^\s*(connect|bind)\s+tcp\s+[0-9]{1,5}(-[0-9]{1,5})?\s*$"
+            d["pattern"] = NET_RULE_PATTERN
+        elif k == "size":
+            d["oneOf"] = [{"type": "integer", "minimum": f.lo, "maximum": f.hi},
+                          {"type": "string", "pattern": SIZE_PATTERN}]
         elif k == "network":
             d["oneOf"] = [{"type": "boolean"}, {"type": "array", "items": conv(f.item)}]
         elif k == "syscall":

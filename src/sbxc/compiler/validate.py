@@ -6,15 +6,16 @@ mistake.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .diagnostics import Diagnostic, diag, suggest
+from .diagnostics import Diagnostic, diag, has_errors, suggest
 from .plan import Span
 from .rules import parse_fs_rule, parse_net_rule
-from .settings import FORMAT_VERSION, Field, schema
-from .yamltree import YMap, YNode, YScalar, YSeq, type_name
+from .settings import FORMAT_VERSION, SIZE_PATTERN, SIZE_UNITS, Field, schema
+from .yamltree import Unreadable, YMap, YNode, YScalar, YSeq, shorten, type_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,7 @@ def _describe(f: Field) -> str:
         "list": "a list", "map": "a mapping", "strmap": "a mapping of names to strings",
         "fsrule": "a rule string", "netrule": "a rule string", "network": "true, false or a list of rules",
         "syscall": "a syscall name", "envglob": "a variable name or glob",
+        "size": "a number of bytes or a size such as 2G",
     }.get(f.kind, f.kind)
 
 
@@ -86,8 +88,8 @@ def _check(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
 
 
 def _check_list(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
-    if f.kind == "network" and isinstance(node, YScalar) and isinstance(node.value, bool):
-        return Located(node.value, node.span)
+    if f.kind == "network" and isinstance(node, YScalar):
+        return _check_bool(node, f, key, diags)
     if not isinstance(node, YSeq):
         diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
         return None
@@ -123,19 +125,84 @@ def _check_map(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
 
 
 def _check_env_value(kn: YScalar, vn: YNode, key: str, diags: list[Diagnostic]) -> Optional[Located]:
-    """One ``NAME: value`` of ``env.set``."""
+    """One ``NAME: value`` of ``env.set``: the name and the value reach the command as written."""
     name = kn.value
     if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-        diags.append(diag("SBX020", kn.span, what="name", name=str(name)))
+        diags.append(diag("SBX020", kn.span, what="name", name=kn.text or str(name)))
         return None
-    if not isinstance(vn, YScalar) or isinstance(vn.value, bool) or vn.value is None:
+    if not _all_strings(kn):
+        diags.append(_retyped_diag(kn, key, kn.readings(), "the name "))
+        return None
+    if not isinstance(vn, YScalar):
         diags.append(diag("SBX011", vn.span, key=f"{key}.{name}", expected="a string", got=type_name(vn)))
         return None
-    text = str(vn.value) if not isinstance(vn.value, str) else vn.value
-    if _BAD_CHARS.search(text):
+    if not _all_strings(vn):
+        if vn.plain and vn.text:
+            diags.append(_retyped_diag(vn, f"{key}.{name}", vn.readings()))
+        else:
+            diags.append(diag("SBX011", vn.span, key=f"{key}.{name}", expected="a string", got=type_name(vn)))
+        return None
+    if _BAD_CHARS.search(vn.value):
         diags.append(diag("SBX038", vn.span))
         return None
-    return Located(text, vn.span, kn.span)
+    return Located(vn.value, vn.span, kn.span)
+
+
+# ---------------------------------------------------------------- what YAML made of a plain scalar
+
+def _all_strings(node: YScalar) -> bool:
+    return all(isinstance(r, str) for r in node.readings())
+
+
+def _reading_text(v) -> str:
+    if isinstance(v, bool):
+        return f"a boolean ({'true' if v else 'false'})"
+    if isinstance(v, int):
+        return f"an integer ({v})"
+    if isinstance(v, float):
+        return f"a number ({v})"
+    if v is None:
+        return "null (no value)"
+    if isinstance(v, Unreadable):
+        return f"a {v.tag.rsplit(':', 1)[-1]} (and cannot build it)"
+    if isinstance(v, str):
+        return "text"
+    return f"a {type(v).__name__} ({v})"
+
+
+def _how_read(readings: tuple) -> str:
+    """``an integer (755 under YAML 1.2, 493 under YAML 1.1)`` and the like."""
+    v12 = readings[0]
+    v11 = readings[1] if len(readings) > 1 else v12
+    t12, t11 = _reading_text(v12), _reading_text(v11)
+    if isinstance(v12, str):
+        return f"{t11} under YAML 1.1"
+    if isinstance(v11, str):
+        return f"{t12} under YAML 1.2"
+    if t12 == t11:
+        return t12
+    k12, _, d12 = t12.partition(" (")
+    k11, _, d11 = t11.partition(" (")
+    if k12 == k11 and d12 and d11:
+        return f"{k12} ({d12[:-1]} under YAML 1.2, {d11[:-1]} under YAML 1.1)"
+    return f"{t12} under YAML 1.2 and {t11} under YAML 1.1"
+
+
+def quoted(text: str) -> str:
+    """``text`` as a double-quoted YAML scalar, which every YAML reader takes as that text."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _retyped_diag(node: YScalar, key: str, readings: tuple, what: str = "") -> Diagnostic:
+    return diag("SBX026", node.span, key=key, text=what + shorten(node.text), how=_how_read(readings),
+                hint=f"quote it to keep it as written: {quoted(node.text)}")
+
+
+def _valid_as(node: YScalar, f: Field, key: str) -> bool:
+    """Would the scalar's text, quoted, be a valid value here? (Then quoting is the fix.)"""
+    scratch: list[Diagnostic] = []
+    as_text = YScalar(node.text, node.span, node.cols, node.col0, node.text, False)
+    return _check_string(as_text, f, key, scratch) is not None and not has_errors(scratch)
 
 
 def _check_scalar(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
@@ -143,17 +210,22 @@ def _check_scalar(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
     if not isinstance(node, YScalar):
         diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
         return None
-    v = node.value
     if k == "bool":
-        if not isinstance(v, bool):
-            diags.append(diag("SBX011", node.span, key=key, expected="true or false", got=type_name(node)))
-            return None
-        return Located(v, node.span)
-    if k == "int":
+        return _check_bool(node, f, key, diags)
+    if k == "int" or (k == "size" and any(_whole(r) is not None or isinstance(r, float) for r in node.readings())):
         return _check_int(node, f, key, diags)
-    if not isinstance(v, str):
-        diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
-        return None
+    # Every other kind is text. A plain scalar some YAML reader types (0755, 1.10, yes,
+    # 2026-01-02, ~) would reach the command changed, or mean another thing to another tool.
+    if not _all_strings(node):
+        if node.plain and node.text and _valid_as(node, f, key):
+            diags.append(_retyped_diag(node, key, node.readings()))
+            return None
+        if not isinstance(node.value, str):
+            diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
+            return None
+        # Text to YAML 1.2 but typed by YAML 1.1, and not valid here either way: the
+        # kind's own check below says what is wrong with the text.
+    v = node.value
     # Escapes in quoted YAML can produce what the file itself may not hold: NUL, lone
     # surrogates. Neither can be a path or a name.
     if _BAD_CHARS.search(v):
@@ -162,9 +234,46 @@ def _check_scalar(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
     return _check_string(node, f, key, diags)
 
 
+def _bool_hint(node: YScalar) -> str:
+    for r in node.readings()[1:]:
+        if isinstance(r, bool):
+            return (f"YAML 1.1 reads {node.text} as {'true' if r else 'false'} and YAML 1.2 as text; "
+                    "write true or false, which every YAML reader takes alike")
+    return ""
+
+
+def _check_bool(node: YScalar, f: Field, key: str, diags: list[Diagnostic]) -> Optional[Located]:
+    readings = node.readings()
+    if not all(isinstance(r, bool) for r in readings) or len(set(readings)) > 1:
+        diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node),
+                          hint=_bool_hint(node)))
+        return None
+    return Located(node.value, node.span)
+
+
+def _whole(v) -> Optional[int]:
+    """``v`` as an integer when it is one: 4 and 4.0 (a JSON Schema integer), not True or 4.5."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
+
+
 def _check_int(node: YScalar, f: Field, key: str, diags: list[Diagnostic]) -> Optional[Located]:
-    v = node.value
-    if isinstance(v, bool) or not isinstance(v, int):
+    readings = node.readings()
+    nums = [_whole(r) for r in readings]
+    if any(n is not None for n in nums) and (None in nums or len(set(nums)) > 1):
+        diags.append(diag("SBX027", node.span, key=key, text=shorten(node.text),
+                          how=_how_read(readings) if None in nums else
+                          f"{nums[0]} under YAML 1.2, {nums[1]} under YAML 1.1",
+                          hint="write the number in plain decimal digits (no leading zero, underscore, "
+                               "0o/0x prefix or exponent), which every YAML reader takes alike"))
+        return None
+    v = nums[0]
+    if v is None:
         diags.append(diag("SBX011", node.span, key=key, expected="an integer", got=type_name(node)))
         return None
     if key == "sbxc":
@@ -180,12 +289,20 @@ def _check_int(node: YScalar, f: Field, key: str, diags: list[Diagnostic]) -> Op
 def _check_string(node: YScalar, f: Field, key: str, diags: list[Diagnostic]):
     k, v = f.kind, node.value
     if k == "str":
+        if not v:
+            diags.append(diag("SBX011", node.span, key=key, expected="a non-empty string", got=type_name(node)))
+            return None
         return Located(v, node.span)
     if k == "enum":
         if v not in f.choices:
             diags.append(diag("SBX013", node.span, key=key, value=v, suggest=suggest(v, f.choices)))
             return None
         return Located(v, node.span)
+    if k == "size":
+        if not re.fullmatch(SIZE_PATTERN.strip("^$"), v):
+            diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
+            return None
+        return Located(int(v[:-1]) * SIZE_UNITS[v[-1]], node.span)
     if k == "fsrule":
         return parse_fs_rule(node, diags)
     if k == "netrule":

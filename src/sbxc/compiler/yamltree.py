@@ -4,6 +4,10 @@ Nothing here trusts its input. The file is size-checked and decoded before YAML 
 YAML is composed to nodes (never constructed to objects) with a resolver that knows only
 YAML 1.2's plain types (``yes``/``no``/``on``/``off`` stay strings); the node graph is
 walked with a budget, so alias bombs and deep nesting end in a diagnostic, not a hang.
+
+Each scalar keeps its text as written and whether YAML typed it implicitly (a plain
+scalar with no tag), so the checks can tell ``0755`` from ``"0755"`` and can ask how a
+YAML 1.1 reader (PyYAML's ``safe_load``, many editors and CI tools) would read it.
 """
 from __future__ import annotations
 
@@ -13,10 +17,11 @@ from typing import Optional, Union
 
 import yaml
 from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from yaml.parser import Parser
 from yaml.reader import Reader
-from yaml.resolver import BaseResolver
+from yaml.resolver import BaseResolver, Resolver
 from yaml.scanner import Scanner
 
 from .diagnostics import Diagnostic, Related, diag
@@ -41,6 +46,17 @@ class YScalar:
     when that could be worked out: quoted one-line scalars."""
     col0: int = 0
     """For a plain one-line scalar, the column of ``value[0]`` (character i is at col0 + i)."""
+    text: str = ""
+    """The scalar's characters as YAML read them, before any typing (``0755`` for 755)."""
+    plain: bool = False
+    """Written without quotes and without a tag, so YAML chose its type from the text."""
+
+    def readings(self) -> tuple:
+        """The value as the loader took it (YAML 1.2), and for a plain scalar also as a
+        YAML 1.1 reader takes it; a policy means one thing only where all of them agree."""
+        if not self.plain:
+            return (self.value,)
+        return (self.value, yaml11_value(self.text))
 
     def _col(self, offset: int) -> int:
         if self.col0:
@@ -103,8 +119,21 @@ def shorten(s: str, n: int = 40) -> str:
 
 # ---------------------------------------------------------------- YAML loading
 
+_IMPLIED = "tag:sbxc.invalid,2026:implied:"
+"""Prefix the resolver puts on tags it chose from a plain scalar's text (see ``resolve``)."""
+
+
 class _PolicyResolver(BaseResolver):
     """YAML 1.2 core schema for plain scalars: null, true/false, integers, floats."""
+
+    def resolve(self, kind, value, implicit):
+        # Both parsers (PyYAML's and libyaml's) call this only for scalars with no tag or
+        # the non-specific "!"; marking what it decides is how the tree learns that a
+        # scalar's type was implied by its text rather than written by the person.
+        tag = super().resolve(kind, value, implicit)
+        if kind is ScalarNode and implicit[0]:
+            return _IMPLIED + tag
+        return tag
 
 
 _PolicyResolver.add_implicit_resolver(
@@ -200,11 +229,14 @@ def _convert(node, src: SourceFile, budget: _Budget, depth: int, diags: list[Dia
     if depth > MAX_DEPTH:
         raise _TooBig("deeply nested", MAX_DEPTH, span)
     if isinstance(node, ScalarNode):
+        plain = node.tag.startswith(_IMPLIED)
+        if plain:
+            node.tag = node.tag[len(_IMPLIED):]
         value = _scalar_value(node)
         if isinstance(value, str):
             col0, cols = _scalar_positions(src.text, node, value)
-            return YScalar(value, span, cols, col0)
-        return YScalar(value, span)
+            return YScalar(value, span, cols, col0, node.value, plain)
+        return YScalar(value, span, text=node.value, plain=plain)
     if isinstance(node, SequenceNode):
         return YSeq([_convert(n, src, budget, depth + 1, diags) for n in node.value], span)
     assert isinstance(node, MappingNode)
@@ -238,12 +270,46 @@ def _scalar_value(node: ScalarNode):
                 return v
             return int(v, 0) if v[:2] in ("0o", "0x") else int(v)
         if tag == "tag:yaml.org,2002:float":
-            return float(v.replace("inf", "Inf").replace("INF", "Inf").replace("Inf", "inf"))
+            low = v.lower()
+            if low.lstrip("+-") in (".inf", ".nan"):  # YAML's spelling; Python's has no dot
+                return float(low.replace(".", "", 1))
+            return float(v)
         if tag == "tag:yaml.org,2002:null":
             return None
     except ValueError:
         return v
     return v
+
+
+class _Yaml11Resolver(Resolver):
+    """PyYAML's YAML 1.1 resolver, plus the one-letter booleans the 1.1 type repository
+    lists (y, Y, n, N) and PyYAML leaves out."""
+
+
+_Yaml11Resolver.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
+_RESOLVER11 = _Yaml11Resolver()
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A plain scalar that YAML 1.1 types but cannot build (``2026-13-45``, ``<<``, ``=``)."""
+
+    tag: str
+
+
+def yaml11_value(text: str):
+    """What a YAML 1.1 reader makes of a plain scalar: ``0755`` is 493, ``yes`` is True,
+    ``1:30`` is 90, ``2026-01-02`` a date; text YAML 1.1 leaves alone comes back unchanged."""
+    tag = _RESOLVER11.resolve(ScalarNode, text, (True, False))
+    if tag == "tag:yaml.org,2002:str":
+        return text
+    if tag == "tag:yaml.org,2002:bool" and text in ("y", "Y", "n", "N"):
+        return text in ("y", "Y")
+    try:
+        # A fresh constructor each time: it remembers every node it built.
+        return SafeConstructor().construct_object(ScalarNode(tag, text))
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError):
+        return Unreadable(tag)
 
 
 def decode_source(path: str, data: bytes, diags: list[Diagnostic]) -> tuple[Optional[SourceFile], bool]:
