@@ -337,6 +337,12 @@ def lower(plan: Plan, host) -> Lowered:
 
         verdicts.append(verdict(NAME, "syscalls", ENFORCED, span0))
         verdicts.append(verdict(NAME, "socket families", NARROWED, BUILTIN_SPAN, families_verdict_text()))
+        # The profile lists the native architecture only: listing i386 or x32 would apply
+        # the default ALLOW to their calls (socketcall and the rest). The runtime spec has
+        # no field for the action on an unlisted one, and runc keeps libseccomp's: kill.
+        verdicts.append(verdict(NAME, "other syscall ABIs", NARROWED, BUILTIN_SPAN,
+                                "a call through another ABI (i386 int 0x80, x32) kills the process with SIGSYS "
+                                "instead of failing with EPERM"))
     except Exception as e:  # missing libseccomp, unknown syscall, unsupported arch
         verdicts.append(verdict(NAME, "syscalls", NOT_ENFORCEABLE, span0, f"the seccomp profile could not be built: {e}"))
 
