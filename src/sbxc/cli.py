@@ -15,6 +15,7 @@ commands:
   doctor                        what this host can enforce; cache sizes
   cache path|clear              the per-project dependency cache
   schema                        JSON Schema of the policy file
+  export kubernetes [-o DIR]    a Pod or Job, its seccomp profile and a NetworkPolicy for the policy
 
 Per-session workspaces (`sbxc session`, `exec --session`) are not part of this version.
 """
@@ -27,6 +28,7 @@ COMMANDS = {
     "schema": ("sbxc.commands.schema", "main"),
     "doctor": ("sbxc.commands.doctor", "main"),
     "cache": ("sbxc.commands.cache", "main"),
+    "export": ("sbxc.commands.export", "main"),
 }
 
 
