@@ -104,7 +104,11 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
                                             "the path does not exist and its parent is writable in the Pod: the command "
                                             "could create it"))
                 else:
-                    verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span))
+                    # Missing here says nothing of the image: the kind of volume that would
+                    # cover it (a folder or a file) is unknown, and a wrong one fails the Pod.
+                    verdicts.append(verdict(TARGET, subj, PARTIAL, rule.span,
+                                            "the path is missing on this host, so no volume covers it: if the image "
+                                            "has it, the command can read it"))
                 continue
             if rule.kind == KIND_DIR:
                 vol(rule, {"emptyDir": {"sizeLimit": "1Mi"}}, True)
