@@ -246,3 +246,33 @@ def test_runc_failure_before_the_command_is_125(runc, tmp_path):
     assert not os.path.exists(marker)
     lines = res.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("sbxc: runc could not start the sandbox: "), res
+
+
+def test_signals_reach_the_command_as_on_other_backends(runc, sbxc):
+    """The command is pid 1 of its PID namespace, where the kernel drops a signal it has no
+    handler for: sbxc's SIGTERM still ends `sleep` (143, as its default action would), and
+    a command with a handler gets the signal itself."""
+    import signal
+    import time
+
+    env = base_env(sbxc.home)
+
+    def start(*cmd):
+        p = subprocess.Popen(sbxc_argv("exec", "--backend", "oci", "--", *cmd), env=env, cwd=sbxc.project,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2.0)  # runc's set-up; the pid file is there once the command runs
+        return p
+
+    p = start("sleep", "30")
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=20)
+    assert p.returncode == 143, (out, err)
+    assert time.monotonic() - t0 < 10
+    handler = ("import signal, sys, time\n"
+               "signal.signal(signal.SIGTERM, lambda *a: (print('caught', flush=True), sys.exit(5)))\n"
+               "time.sleep(30)\n")
+    p = start(SANDBOX_PYTHON, "-c", handler)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=20)
+    assert (p.returncode, out) == (5, "caught\n"), err

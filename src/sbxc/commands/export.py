@@ -207,7 +207,7 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
                                 "compiled as root: runAsNonRoot is not set and the command runs as the image's "
                                 "user (export as a user to get runAsNonRoot)"))
     container = {
-        "name": "sbxc",
+        "name": "sandboxed",
         "image": image,
         "workingDir": plan.project,
         "env": env,
@@ -234,7 +234,7 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
         "containers": [container],
         "volumes": volumes,
     }
-    labels = {_LABEL: name, "app.kubernetes.io/managed-by": "sbxc"}
+    labels = {_LABEL: name, "app.kubernetes.io/managed-by": "sbxc-export"}
     if kind == "job":
         doc = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": labels},
                "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": labels}, "spec": pod_spec}}}
@@ -312,7 +312,6 @@ def run(argv, *, cwd, environ, host, probe=None, stdout=None, stderr=None, paths
         stderr.write(f"sbxc export: the seccomp profile was not written (use -o DIR); the Pod expects it at "
                      f"<kubelet seccomp folder>/{profile_path} on every node\n")
         return 0
-    from .compile import _write_atomic
     from ..runtime.oci_run import dumps
 
     base = os.path.join(cwd, args.output)
@@ -343,7 +342,12 @@ def write_bundle(directory: str, planfile_bytes: bytes, config: dict, plan) -> N
     empty = os.path.join(directory, EMPTY_FILE)
     if not os.path.exists(empty):
         os.close(os.open(empty, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444))
-    from .compile import _write_atomic
-
     _write_atomic(os.path.join(directory, "config.json"), (json.dumps(cfg, indent=1, sort_keys=True) + "\n").encode())
     _write_atomic(os.path.join(directory, "plan.json"), planfile_bytes)
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)

@@ -109,6 +109,35 @@ def runc_failure(msg: str) -> Refusal:
     return Refusal(f"runc could not start the sandbox: {one_line(text, 300)}", fix)
 
 
+_SIGKILL = 9
+_DEFAULT_IGNORED = (17, 23, 28)  # SIGCHLD, SIGURG, SIGWINCH: nothing to emulate
+
+
+def container_pid(pid_file: str) -> int:
+    """The command's pid on the host, from runc's pid file (0 while it is not written)."""
+    try:
+        with open(pid_file, "rb") as f:
+            text = f.read(32)
+    except OSError:
+        return 0
+    return int(text) if text.strip().isdigit() else 0
+
+
+def signal_masks(pid: int) -> tuple[int, int]:
+    """(caught, ignored) signal masks of ``pid`` from /proc (0, 0 when unreadable)."""
+    caught = ignored = 0
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f.read().split(b"\n"):
+                if line.startswith(b"SigCgt:"):
+                    caught = int(line[7:].strip(), 16)
+                elif line.startswith(b"SigIgn:"):
+                    ignored = int(line[7:].strip(), 16)
+    except (OSError, ValueError):
+        pass
+    return caught, ignored
+
+
 def _config(planfile: dict, cmd: list, env: dict, ctx) -> dict:
     low = planfile.get("lowered") or {}
     config = low.get("config")
@@ -237,7 +266,36 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
             return None  # command_status words it as a shell would
         return runc_failure(msg)
 
+    emulated = [0]
+
+    def deliver(signum: int, runc_pid: int) -> None:
+        # The command is pid 1 of its PID namespace, and the kernel drops every signal
+        # but SIGKILL and SIGSTOP that reaches such a process without a handler, also from
+        # outside: forwarded as it is, Ctrl-C or a timeout's SIGTERM would not end `sleep`.
+        # So do what the signal would do to an ordinary process: deliver it when the
+        # command catches it, drop it when it ignores it, else end the command (SIGKILL)
+        # and report 128+signum, as the signal's default action would.
+        pid = container_pid(pid_file)
+        if pid <= 0:
+            target, sig = runc_pid, signum  # not released yet: runc passes it on or dies of it
+        else:
+            caught, ignored = signal_masks(pid)
+            bit = 1 << (signum - 1)
+            if caught & bit or signum in _DEFAULT_IGNORED:
+                target, sig = pid, signum
+            elif ignored & bit:
+                return
+            else:
+                emulated[0] = signum
+                target, sig = pid, _SIGKILL
+        try:
+            os.kill(target, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def command_status(status: int, first: bytes) -> int:
+        if emulated[0] and status == 128 + _SIGKILL:
+            return 128 + emulated[0]
         if status == 0 or status > 128 or started():
             return status
         code = exec_status(log_error(read_log()))
@@ -249,4 +307,5 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
 
         setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))
     return LaunchSpec(argv, env, pass_fds=[log_w], exec_is_command=False, child_setup=setup, started=started,
-                      setup_failed=setup_failed, command_status=command_status, cleanups=[cleanup], own_pgrp=True)
+                      setup_failed=setup_failed, command_status=command_status, cleanups=[cleanup], own_pgrp=True,
+                      deliver=deliver)
