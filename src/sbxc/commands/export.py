@@ -32,8 +32,9 @@ _LABEL = "sbxc.dev/workload"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="sbxc export kubernetes",
-                description="Write a Pod or Job, its seccomp profile and a NetworkPolicy carrying the policy.")
+    p = _Parser(prog="sbxc export", usage="sbxc export kubernetes [options] [-- CMD...]",
+                description="Write a Pod or Job, its seccomp profile and a NetworkPolicy carrying the policy.",
+                epilog="exit: 0 written (the report on stderr), 1 errors, 2 usage")
     p.add_argument("target", choices=(TARGET,))
     p.add_argument("--policy", metavar="P")
     p.add_argument("--network", nargs="?", const="true", choices=("true", "false"))
@@ -42,7 +43,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="the workload's name (default: sbxc-<project folder>)")
     p.add_argument("--format", choices=("yaml", "json"), default="yaml")
     p.add_argument("-o", "--output", metavar="DIR", help="write workload and seccomp profile into DIR")
-    p.add_argument("command", nargs="*", help="the container's command (after --); default: the image's")
     return p
 
 
@@ -280,9 +280,6 @@ def run(argv, *, cwd, environ, host, probe=None, stdout=None, stderr=None, paths
     args, code = parse(parser(), argv, stderr)
     if args is None:
         return code
-    if args.command:
-        stderr.write("sbxc export: the container's command goes after --\n")
-        return 2
     if host is None:
         host = probe(environ)
     overrides = {"backend": "oci"}
