@@ -276,3 +276,32 @@ def test_signals_reach_the_command_as_on_other_backends(runc, sbxc):
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=20)
     assert (p.returncode, out) == (5, "caught\n"), err
+
+
+def test_compiled_bundle_runs_under_runc_by_hand(runc, sbxc, tmp_path):
+    """`sbxc compile --backend oci -o DIR` writes a bundle runc runs as it is (after the
+    command is set): the same confinement without sbxc in the loop."""
+    policy = "sbxc: 1\nextends: [builtin:default]\nnetwork: false\n"
+    with open(os.path.join(sbxc.project, "sandbox.policy.yaml"), "w") as f:
+        f.write(policy)
+    bundle = str(tmp_path / "bundle")
+    os.chmod(tmp_path, 0o755)
+    c = run(sbxc_argv("compile", "--backend", "oci", "-o", bundle), env=base_env(sbxc.home), cwd=sbxc.project)
+    assert c.rc == 0, c
+    assert sorted(os.listdir(bundle)) == ["config.json", "plan.json", "rootfs", "sbxc-empty"]
+    with open(os.path.join(bundle, "config.json")) as f:
+        cfg = json.load(f)
+    assert cfg["process"]["cwd"] == sbxc.project and cfg["process"]["args"] == ["sh"]
+    assert not any(e.startswith("HOME=") for e in cfg["process"]["env"]), "the caller's environment stays off disk"
+    cfg["process"]["args"] = ["/bin/sh", "-c", "grep CapEff /proc/self/status; cat ~/.ssh/id_rsa; touch /etc/x"]
+    cfg["process"]["env"].append(f"HOME={sbxc.home}")
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    # The bundle binds the project's cache folder, which sbxc exec makes on its first run.
+    assert sbxc(None, "/bin/true", args=OCI).rc == 0
+    state = str(tmp_path / "state")
+    argv = [runc, "--root", state] + (["--rootless", "true"] if os.geteuid() else []) + [
+        "run", "--bundle", bundle, f"sbxc-test-{os.getpid()}"]
+    p = subprocess.run(argv, cwd=bundle, capture_output=True, text=True, timeout=60)
+    assert "CapEff:\t0000000000000000" in p.stdout, p
+    assert "PRIVATE KEY" not in p.stdout and "Read-only file system" in p.stderr, p
