@@ -192,9 +192,11 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     config = _config(planfile, cmd, env, ctx)
     text = dumps(config)
 
-    # The bundle: in sbxc's root beside the plans folder (out of every sandbox's reach),
-    # else /tmp. Its own folder is 0700 and locked for the run.
-    base = ctx.plans_dir.rsplit("/", 1)[0] if ctx.plans_dir else "/tmp"
+    # The bundle: in the plans folder, which no sandbox may write (every OCI and bwrap run
+    # gets an empty folder over it, Landlock refuses a policy that grants it), so no other
+    # run's command can rewrite this run's config.json before runc reads it; else /tmp
+    # (sticky: no one else can replace the folder). Its own folder is 0700 and locked.
+    base = ctx.plans_dir if ctx.plans_dir and os.path.isdir(ctx.plans_dir) else "/tmp"
     try:
         bundle, lock_fd = make_run_dir(base)
     except (PermissionError, FileNotFoundError):
