@@ -305,3 +305,39 @@ def test_compiled_bundle_runs_under_runc_by_hand(runc, sbxc, tmp_path):
     p = subprocess.run(argv, cwd=bundle, capture_output=True, text=True, timeout=60)
     assert "CapEff:\t0000000000000000" in p.stdout, p
     assert "PRIVATE KEY" not in p.stdout and "Read-only file system" in p.stderr, p
+
+
+def test_bundles_are_out_of_the_commands_reach(runc, sbxc):
+    """Even under a policy that makes the folder above sbxc's root writable, the command sees
+    no run's bundle (they live in the plans folder, covered by an empty read-only folder) and
+    cannot write there; on the host the bundle of this very run exists meanwhile."""
+    from conftest import own_code_rules
+
+    root = os.environ.get("SBXC_ROOT") or f"/var/tmp/sbxc-{os.getuid()}"
+    plans = os.path.join(root, "plans")
+    above = os.path.dirname(root)
+    policy = f"sbxc: 1\nextends: [builtin:default]\nfilesystem:\n  - write {above}\n" + own_code_rules(above)
+    script = (f"find {root} -name 'sbxc-run-*' 2>/dev/null; touch {plans}/x 2>/dev/null && echo WROTE; "
+              f"echo listed")
+    r = sbxc(policy, "/bin/sh", "-c", script, args=OCI)
+    assert r.rc == 0 and "listed" in r.out, r
+    assert "sbxc-run-" not in r.out and "WROTE" not in r.out, r
+    assert not os.path.exists(os.path.join(plans, "x"))
+    # Control: the host side of the same run has its bundle in the plans folder.
+    seen = sbxc(None, "/bin/sleep", "0", args=OCI)
+    assert seen.rc == 0
+    marker = "sbxc-run-"
+    p = subprocess.Popen(sbxc_argv("exec", "--backend", "oci", "--", "/bin/sleep", "3"), env=base_env(sbxc.home),
+                         cwd=sbxc.project)
+    try:
+        import time
+
+        found = False
+        for _ in range(60):
+            if any(n.startswith(marker) for n in os.listdir(plans)):
+                found = True
+                break
+            time.sleep(0.1)
+        assert found, "the run's bundle was not in the plans folder"
+    finally:
+        p.wait(timeout=30)
