@@ -7,7 +7,7 @@
     env.txt          NAME=VALUE lines added to the fixed environment; optional
     plan.json        expected: the IR
     check.txt        expected: `sbxc compile --check` output and exit status
-    bwrap.argv, landlock.json, profile.sb   expected backend output, when that backend exists
+    bwrap.argv, landlock.json, profile.sb, config.json   expected backend output, when that backend exists
 
 Each case runs in a fresh temporary tree with a fixed fake host and environment; the
 temporary root is written <root> and project-id hashes <id>, so the files are the same on
@@ -34,7 +34,7 @@ from compiler_fakes import FakePaths, fake_environ, fake_host, make_tree, stable
 HERE = os.path.join(os.path.dirname(__file__), "golden")
 CASES = sorted(d for d in os.listdir(HERE) if os.path.isdir(os.path.join(HERE, d))) if os.path.isdir(HERE) else []
 REGEN = os.environ.get("SBXC_REGEN") == "1"
-BACKEND_FILES = {"bwrap": "bwrap.argv", "landlock": "landlock.json", "sandbox-exec": "profile.sb"}
+BACKEND_FILES = {"bwrap": "bwrap.argv", "landlock": "landlock.json", "sandbox-exec": "profile.sb", "oci": "config.json"}
 
 
 def _read(case, name, default=""):
@@ -66,6 +66,10 @@ def _backend_text(name, data) -> str:
         return "\n".join(str(a) for a in data["argv"]) + "\n"
     if name == "sandbox-exec" and isinstance(data.get("profile"), str):
         return data["profile"]
+    if name == "oci" and isinstance(data.get("config"), dict):
+        # The bundle's config.json as runc reads it (the runtime adds the command, its
+        # environment and folder); the seccomp rules are shown, not hidden: they are text.
+        return json.dumps(data["config"], indent=1, sort_keys=True) + "\n"
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
 

@@ -16,6 +16,7 @@ commands:
   cache path|clear              the per-project dependency cache
   schema                        JSON Schema of the policy file
   init [--network] [--stdout]   write a commented starter sandbox.policy.yaml here (never overwrites)
+  export kubernetes [-o DIR]    a Pod or Job, its seccomp profile and a NetworkPolicy for the policy
 
 Per-session workspaces (`sbxc session`, `exec --session`) are not part of this version.
 """
@@ -29,6 +30,7 @@ COMMANDS = {
     "doctor": ("sbxc.commands.doctor", "main"),
     "cache": ("sbxc.commands.cache", "main"),
     "init": ("sbxc.commands.init", "main"),
+    "export": ("sbxc.commands.export", "main"),
 }
 
 

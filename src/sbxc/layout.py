@@ -20,7 +20,7 @@ INTERNAL_ERROR = 3
 """Exit status of a command other than ``exec`` when sbxc itself broke (a bug), as opposed to
 1 for a policy with errors (docs/decisions.md)."""
 
-BACKENDS = ("bwrap", "landlock", "sandbox-exec")
+BACKENDS = ("bwrap", "landlock", "sandbox-exec", "oci")
 """Every backend, in the order reports list them."""
 BACKEND_CHOICES = ("auto",) + BACKENDS
 """What ``backend:`` and ``--backend`` accept."""

@@ -14,6 +14,7 @@ _MODULES = {
     "bwrap": "sbxc.backends.bwrap",
     "landlock": "sbxc.backends.landlock",
     "sandbox-exec": "sbxc.backends.sbpl",
+    "oci": "sbxc.backends.oci",
 }
 
 

@@ -222,7 +222,7 @@ def _deny_numbered(s, f, action, native: int, name: str) -> None:
 
 
 def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Network, optimize: bool = True,
-                 root_metadata: bool = False, host_ipc: bool = False, allow_only=None):
+                 root_metadata: bool = False, host_ipc: bool = False, allow_only=None, lib=None):
     """The libseccomp filter object (exposed for the benchmark and the tests).
 
     ``root_metadata``: also refuse every call in ``ROOT_METADATA_DENY`` (Landlock as uid 0).
@@ -231,10 +231,11 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
     by bench/seccomp_allowlist.py, used by no backend): every other call answers ENOSYS.
     Not safe as it stands: libseccomp lets an unconditional ALLOW for a call override that
     call's conditional refusals (socket families, TIOCSTI, setuid bits ...), see
-    docs/seccomp.md."""
+    docs/seccomp.md. ``lib``: an object with pyseccomp's interface in its place (the OCI
+    backend records the rules to write them as runtime-spec JSON instead of BPF)."""
     if purpose not in ("bwrap", "landlock"):
         raise ValueError(f"seccomp: unknown purpose {purpose!r}")
-    s = _pyseccomp()
+    s = _pyseccomp() if lib is None else lib
     eperm = s.ERRNO(errno.EPERM)
     f = s.SyscallFilter(s.ALLOW if allow_only is None else s.ERRNO(errno.ENOSYS))
     native = _native_arch(s, arch)

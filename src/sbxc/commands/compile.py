@@ -28,7 +28,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--network", nargs="?", const="true", choices=("true", "false"))
     p.add_argument("--strict", action="store_true", help="treat partial enforcement as an error")
     p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("-o", "--output", metavar="PLAN", help="write the plan file here (- for stdout)")
+    p.add_argument("-o", "--output", metavar="PLAN", help="write the plan file here (- for stdout); with --backend oci a bundle folder")
     return p
 
 
@@ -88,7 +88,12 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
         lowered = next(r.lowered for r in reports if r.backend == selected)
         data = dumps(build(result.plan, host, selected, lowered.data, lowered.verdicts))
         try:
-            if args.output == "-":
+            if selected == "oci" and args.output != "-":
+                # For the OCI backend -o names a bundle folder (config.json, rootfs, the plan).
+                from .export import write_bundle
+
+                write_bundle(os.path.join(cwd, args.output), data, lowered.data["config"], result.plan)
+            elif args.output == "-":
                 stdout.flush()
                 getattr(stdout, "buffer", None).write(data) if hasattr(stdout, "buffer") else stdout.write(data.decode())
             else:

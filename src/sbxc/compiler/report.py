@@ -72,6 +72,10 @@ def network_effect(mode: str, backend: str, host) -> str:
         if mode == "rules":
             return "(narrowed: bwrap cannot allow single ports; the command gets no network)"
         return ""
+    if backend == "oci":
+        if mode == "rules":
+            return "(narrowed: an OCI runtime cannot allow single ports; the command gets no network)"
+        return ""
     if backend == "landlock":
         if host.landlock_abi <= 0:
             return "(no effect: Landlock is not available on this kernel)"

@@ -92,8 +92,8 @@ def writable_roots(pf: dict, cache_dir) -> list:
     """Real paths the run's command could write: the plan's ``write`` rules (already real
     paths, re-checked before the run), the project's cache folder (``cache_dir``, its real
     path: ``CacheSetup.real_dir``), and on Landlock the per-run folders that stand in for
-    ``tmpfs`` (a root ending in ``*`` is a name prefix). bwrap's ``tmpfs`` folders are
-    private to the sandbox and vanish with it."""
+    ``tmpfs`` (a root ending in ``*`` is a name prefix). bwrap's and runc's ``tmpfs``
+    folders are private to the sandbox and vanish with it."""
     rt = pf.get("runtime") or {}
     backend = pf.get("backend")
     roots = set()
@@ -101,7 +101,7 @@ def writable_roots(pf: dict, cache_dir) -> list:
         path, access = check[0], check[2]
         if access == "write":
             roots.add(path)
-        elif access == "tmpfs" and backend != "bwrap":
+        elif access == "tmpfs" and backend not in ("bwrap", "oci"):
             if backend == "landlock":
                 # A per-run folder is made in the rule's folder, or in /tmp when that fails.
                 for base in (path, "/tmp"):

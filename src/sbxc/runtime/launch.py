@@ -28,6 +28,7 @@ RUNNERS = {
     "bwrap": "sbxc.runtime.bwrap_run",
     "landlock": "sbxc.runtime.landlock_run",
     "sandbox-exec": "sbxc.runtime.sbpl_run",
+    "oci": "sbxc.runtime.oci_run",
 }
 
 
@@ -175,8 +176,8 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
                 journal.abandon(record)
                 raise
             # The hint is for a network that is off: `network: false`, or per-port rules
-            # on bwrap (narrowed to no network). Under Landlock the listed ports stay open.
-            net_off = ctx.network == "off" or (ctx.network == "rules" and backend == "bwrap")
+            # on bwrap and OCI (narrowed to no network). Under Landlock the listed ports stay open.
+            net_off = ctx.network == "off" or (ctx.network == "rules" and backend in ("bwrap", "oci"))
             status = run(spec, net_off, state)
             state.status = status
             import time

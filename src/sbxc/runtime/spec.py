@@ -45,6 +45,8 @@ It must not start any process; the core (``sbxc.runtime.launch``) forks once and
 - ``signal_target``: ``None`` or a callable returning the process group that forwarded
   signals should go to (the command's, inside the sandbox), or ``None`` when not known
   yet; signals then go to the child process itself.
+- ``deliver``: ``None`` or ``(signum, child_pid) -> None``, which then forwards each
+  signal itself (OCI: the command is pid 1 of its PID namespace, see ``oci_run``).
 
 ``Context`` carries ``project``, ``cwd``, ``uid``, ``is_root``, ``network`` (``on``/``off``/
 ``rules``, after flags), ``cache`` (the cachedir ``CacheSetup`` or None), ``plans_dir``
@@ -59,11 +61,12 @@ from __future__ import annotations
 
 class LaunchSpec:
     __slots__ = ("argv", "env", "pass_fds", "child_setup", "exec_is_command", "started",
-                 "setup_failed", "command_status", "cleanups", "own_pgrp", "signal_target", "after_exit")
+                 "setup_failed", "command_status", "cleanups", "own_pgrp", "signal_target", "after_exit",
+                 "deliver")
 
     def __init__(self, argv, env, pass_fds=(), child_setup=None, exec_is_command=False,
                  started=None, setup_failed=None, command_status=None, cleanups=None,
-                 own_pgrp=False, signal_target=None, after_exit=None):
+                 own_pgrp=False, signal_target=None, after_exit=None, deliver=None):
         self.argv = list(argv)
         self.env = env
         self.pass_fds = tuple(pass_fds)
@@ -76,6 +79,7 @@ class LaunchSpec:
         self.own_pgrp = own_pgrp
         self.signal_target = signal_target
         self.after_exit = after_exit
+        self.deliver = deliver
 
 
 class Context:

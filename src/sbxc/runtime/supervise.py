@@ -265,6 +265,9 @@ def run(spec, network_off: bool, state=None) -> int:
     def forward(signum, _frame):
         if child[0] <= 0:
             return
+        if spec.deliver is not None:
+            spec.deliver(signum, child[0])
+            return
         group = None
         if spec.signal_target is not None:
             try:

@@ -1,0 +1,350 @@
+"""``sbxc export kubernetes [--policy P] [--network[=true|false]] [--kind pod|job] [--image I]
+[--name N] [--format yaml|json] [-o DIR] [-- CMD...]``, and the OCI bundle ``sbxc compile
+--backend oci -o DIR`` writes.
+
+The workload comes from the same plan and the same OCI lowering as ``sbxc exec --backend
+oci`` (the seccomp profile is the OCI backend's JSON), so what the enforcement report
+says here is about the same rules. What a Pod cannot express the way the host does is
+narrowed or reported, never widened (SPEC §3): a Pod sees its image's files, not this
+host's, so ``read`` rules of host folders hold only for what the image has; the caller's
+environment does not exist there (``env.pass`` lets nothing through); NetworkPolicy holds
+only where the cluster's network plugin enforces it.
+
+Output: the workload (a Pod or a Job) and, for ``network: false`` or port rules, a
+NetworkPolicy, as one YAML stream (``---`` between documents) or a JSON ``List``; the
+report on stderr. With ``-o DIR``: ``DIR/workload.yaml`` (or ``.json``) and the seccomp
+profile at ``DIR/profiles/<name>.json``, the path the Pod's ``localhostProfile`` names
+under the kubelet's seccomp folder. Exit 0; 1 on errors (a policy with errors, a rule
+Kubernetes cannot enforce in any narrower form, a file that cannot be written).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..compiler.plan import BUILTIN_SPAN, KIND_DIR, KIND_MISSING, MASK, NET_OFF, NET_ON, READ, TMPFS, WRITE, is_within
+from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
+from ._args import Parser as _Parser, parse
+
+TARGET = "kubernetes"
+_LABEL = "sbxc.dev/workload"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="sbxc export", usage="sbxc export kubernetes [options] [-- CMD...]",
+                description="Write a Pod or Job, its seccomp profile and a NetworkPolicy carrying the policy.",
+                epilog="exit: 0 written (the report on stderr), 1 errors, 2 usage")
+    p.add_argument("target", choices=(TARGET,))
+    p.add_argument("--policy", metavar="P")
+    p.add_argument("--network", nargs="?", const="true", choices=("true", "false"))
+    p.add_argument("--kind", choices=("pod", "job"), default="pod")
+    p.add_argument("--image", default="IMAGE", help="the container image (default: the placeholder IMAGE)")
+    p.add_argument("--name", help="the workload's name (default: sbxc-<project folder>)")
+    p.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    p.add_argument("-o", "--output", metavar="DIR", help="write workload and seccomp profile into DIR")
+    return p
+
+
+def main(argv) -> int:
+    from ..runtime.probe import probe_host
+
+    return run(argv, cwd=os.getcwd(), environ=os.environ, host=None, probe=probe_host)
+
+
+def _dns_name(text: str) -> str:
+    out = "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
+    while "--" in out:
+        out = out.replace("--", "-")
+    return (out or "project")[:50].strip("-")
+
+
+def _subject(rule, plan) -> str:
+    from ..backends.oci import _subject as oci_subject
+
+    return oci_subject(rule, plan)
+
+
+def workload(plan, host, *, name: str, kind: str, image: str, command, profile_path: str):
+    """(manifests, verdicts, seccomp profile or None) for ``plan``: pure, like a backend."""
+    from ..backends import oci
+
+    verdicts = []
+    volumes: list[dict] = []
+    mounts: list[dict] = []
+    need_empty_file = False
+    by_path = {r.path: r for r in plan.fs}
+
+    def vol(rule, source: dict, read_only: bool, sub_path: str = "") -> None:
+        vname = f"v{len(volumes)}-{_dns_name(rule.path.rsplit('/', 1)[-1] or 'root')}"[:63].rstrip("-")
+        if sub_path:
+            vname = "sbxc-empty"
+            if not any(v["name"] == vname for v in volumes):
+                volumes.append({"name": vname, **source})
+        else:
+            volumes.append({"name": vname, **source})
+        m = {"name": vname, "mountPath": rule.path, "readOnly": read_only}
+        if sub_path:
+            m["subPath"] = sub_path
+        mounts.append(m)
+
+    for rule in plan.fs:
+        subj = _subject(rule, plan)
+        p = rule.path
+        parent = next((by_path[q] for q in _parents(p) if q in by_path), BUILTIN_SPAN)
+        if any(is_within(p, own) for own in ("/proc", "/dev")):
+            status = ENFORCED if rule.access == MASK else NARROWED
+            verdicts.append(verdict(TARGET, subj, status, rule.span,
+                                    "" if status == ENFORCED else "the container runtime gives the Pod its own /proc and /dev"))
+            continue
+        if rule.access == MASK:
+            if rule.kind == KIND_MISSING:
+                if parent is not None and parent.access in (WRITE, TMPFS):
+                    verdicts.append(verdict(TARGET, subj, PARTIAL, rule.span,
+                                            "the path does not exist and its parent is writable in the Pod: the command "
+                                            "could create it"))
+                else:
+                    # Missing here says nothing of the image: the kind of volume that would
+                    # cover it (a folder or a file) is unknown, and a wrong one fails the Pod.
+                    verdicts.append(verdict(TARGET, subj, PARTIAL, rule.span,
+                                            "the path is missing on this host, so no volume covers it: if the image "
+                                            "has it, the command can read it"))
+                continue
+            if rule.kind == KIND_DIR:
+                vol(rule, {"emptyDir": {"sizeLimit": "1Mi"}}, True)
+            else:
+                need_empty_file = True
+                vol(rule, {"configMap": {"name": f"{name}-empty"}}, True, sub_path="empty")
+            verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
+                                    "an empty read-only volume covers the path, whatever the image has there"))
+        elif rule.access == TMPFS:
+            if rule.kind != KIND_DIR:
+                verdicts.append(verdict(TARGET, subj, NOT_ENFORCEABLE, rule.span,
+                                        f"a tmpfs needs a folder and this is a {rule.kind}"))
+                continue
+            vol(rule, {"emptyDir": {"medium": "Memory"}}, False)
+            verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span))
+        elif rule.origin == "cache":
+            vol(rule, {"emptyDir": {}}, False)
+            verdicts.append(verdict(TARGET, subj, NARROWED, rule.span,
+                                    "an emptyDir volume: the cache lasts as long as the Pod, not across runs"))
+        elif rule.access == WRITE and p == plan.project:
+            vol(rule, {"persistentVolumeClaim": {"claimName": f"{name}-project"}}, False)
+            verdicts.append(verdict(TARGET, subj, NARROWED, rule.span,
+                                    f"the project is the volume claim {name}-project, mounted at the same path; "
+                                    "sbxc copies nothing of this host's project into it"))
+        elif rule.access == WRITE:
+            vol(rule, {"emptyDir": {}}, False)
+            verdicts.append(verdict(TARGET, subj, NARROWED, rule.span,
+                                    "a Pod cannot see this host's folders: an empty writable volume stands in, "
+                                    "and nothing written there reaches a host"))
+        elif rule.access == READ:
+            if p == "/":
+                verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
+                                        "the image's files, read-only (readOnlyRootFilesystem)"))
+            else:
+                verdicts.append(verdict(TARGET, subj, NARROWED, rule.span,
+                                        "a Pod sees its image's files, not this host's: the path is there read-only "
+                                        "only if the image has it"))
+    for s in plan.skipped:
+        verdicts.append(verdict(TARGET, f"{s.access}? {s.path}", SKIPPED, s.span, s.reason))
+
+    span0 = plan.fs[0].span if plan.fs else BUILTIN_SPAN
+    profile = None
+    try:
+        profile = oci.seccomp_json(plan, host.arch)
+        verdicts.append(verdict(TARGET, "syscalls", PARTIAL, span0,
+                                "the profile holds when the node's runtime loads it (copied into the kubelet's seccomp "
+                                "folder on every node); a runtime whose libseccomp lacks a call's name skips that rule"))
+    except Exception as e:  # missing libseccomp, unknown syscall, unsupported arch
+        verdicts.append(verdict(TARGET, "syscalls", NOT_ENFORCEABLE, span0, f"the seccomp profile could not be built: {e}"))
+
+    net = plan.network
+    policy_doc = None
+    if net.mode != NET_ON:
+        egress = []
+        ingress = []
+        for r in net.rules:
+            port = {"protocol": "TCP", "port": r.port_lo}
+            if r.port_hi != r.port_lo:
+                port["endPort"] = r.port_hi
+            (egress if r.op == "connect" else ingress).append({"ports": [port]})
+        policy_doc = {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": f"{name}-network"},
+            "spec": {"podSelector": {"matchLabels": {_LABEL: name}}, "policyTypes": ["Ingress", "Egress"],
+                     "ingress": ingress, "egress": egress},
+        }
+        why = ("the NetworkPolicy holds only where the cluster's network plugin enforces NetworkPolicy; "
+               "the Pod's own loopback stays open")
+        if net.mode == NET_OFF:
+            verdicts.append(verdict(TARGET, "network: false", PARTIAL, net.span, why))
+        for r in net.rules:
+            ports = str(r.port_lo) if r.port_lo == r.port_hi else f"{r.port_lo}-{r.port_hi}"
+            verdicts.append(verdict(TARGET, f"{r.op} {r.proto} {ports}", PARTIAL, r.span,
+                                    why + ("; to any address" if r.op == "connect" else "; from any address")))
+    else:
+        verdicts.append(verdict(TARGET, "network: true", ENFORCED, net.span))
+
+    env = [{"name": k, "value": v} for k, v in list(plan.cache.env) + list(plan.env.set)]
+    if plan.env.passed:
+        verdicts.append(verdict(TARGET, "env", NARROWED, span0,
+                                "a Pod has no caller's environment: env.pass lets nothing through, only env.set "
+                                "and the cache variables are set"))
+    else:
+        verdicts.append(verdict(TARGET, "env", ENFORCED, span0))
+    verdicts.append(verdict(TARGET, "capabilities", ENFORCED, BUILTIN_SPAN))
+    verdicts.append(verdict(TARGET, "processes", ENFORCED, BUILTIN_SPAN, "the Pod's own PID namespace (no shareProcessNamespace, no hostPID)"))
+    verdicts.append(verdict(TARGET, "ipc", ENFORCED, BUILTIN_SPAN))
+
+    sc_pod = {"seccompProfile": {"type": "Localhost", "localhostProfile": profile_path}}
+    if host.uid != 0:
+        sc_pod.update(runAsNonRoot=True, runAsUser=host.uid, runAsGroup=host.gid)
+        verdicts.append(verdict(TARGET, "uid", ENFORCED, BUILTIN_SPAN, f"runAsNonRoot, as uid {host.uid} (the caller's)"))
+    else:
+        verdicts.append(verdict(TARGET, "uid", PARTIAL, BUILTIN_SPAN,
+                                "compiled as root: runAsNonRoot is not set and the command runs as the image's "
+                                "user (export as a user to get runAsNonRoot)"))
+    container = {
+        "name": "sandboxed",
+        "image": image,
+        "workingDir": plan.project,
+        "env": env,
+        "securityContext": {
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": mounts,
+    }
+    if command:
+        container["command"] = list(command)
+    pod_spec = {
+        "restartPolicy": "Never",
+        # No API credentials and no service variables: the command gets nothing of the
+        # cluster the policy did not name.
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "hostNetwork": False,
+        "hostPID": False,
+        "hostIPC": False,
+        "securityContext": sc_pod,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    labels = {_LABEL: name, "app.kubernetes.io/managed-by": "sbxc-export"}
+    if kind == "job":
+        doc = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": labels},
+               "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": labels}, "spec": pod_spec}}}
+    else:
+        doc = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": pod_spec}
+    docs = [doc]
+    if need_empty_file:
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-empty"}, "data": {"empty": ""}})
+    if policy_doc is not None:
+        docs.append(policy_doc)
+    return docs, verdicts, profile
+
+
+def _parents(path: str):
+    while path != "/":
+        path = path.rsplit("/", 1)[0] or "/"
+        yield path
+
+
+def render(docs, fmt: str) -> str:
+    if fmt == "json":
+        import json
+
+        return json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}, indent=1) + "\n"
+    import yaml  # only here: export is not on any hot path
+
+    return "---\n".join(yaml.safe_dump(d, sort_keys=False, default_flow_style=False) for d in docs)
+
+
+def run(argv, *, cwd, environ, host, probe=None, stdout=None, stderr=None, paths=None) -> int:
+    from ..compiler.api import compile_policy
+    from ..compiler.diagnostics import ERROR, diag, render_text
+    from ..compiler.report import render_report_text
+    from .build import BackendReport
+
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    if "--" in argv:
+        at = argv.index("--")
+        argv, command = argv[:at], argv[at + 1:]
+    else:
+        command = []
+    args, code = parse(parser(), argv, stderr)
+    if args is None:
+        return code
+    if host is None:
+        host = probe(environ)
+    overrides = {"backend": "oci"}
+    if args.network is not None:
+        overrides["network"] = args.network == "true"
+    res = compile_policy(args.policy, cwd=cwd, environ=environ, host=host, overrides=overrides, paths=paths)
+    diags = list(res.diagnostics)
+    if res.plan is None:
+        stderr.write(render_text(diags, res.lines, cwd))
+        return 1
+    name = _dns_name(args.name or "sbxc-" + os.path.basename(res.plan.project))
+    profile_path = f"profiles/{name}.json"
+    docs, verdicts, profile = workload(res.plan, host, name=name, kind=args.kind, image=args.image,
+                                       command=command, profile_path=profile_path)
+    for v in verdicts:
+        if v.status == NOT_ENFORCEABLE:
+            diags.append(diag("SBX050", v.span, backend=TARGET, subject=v.subject, why=v.why))
+    text = render_text(diags, res.lines, cwd)
+    if text:
+        stderr.write(text)
+    stderr.write(render_report_text([BackendReport(TARGET, tuple(verdicts))], TARGET, cwd))
+    if any(d.severity == ERROR for d in diags):
+        return 1
+    out = render(docs, args.format)
+    if not args.output:
+        stdout.write(out)
+        stderr.write(f"sbxc export: the seccomp profile was not written (use -o DIR); the Pod expects it at "
+                     f"<kubelet seccomp folder>/{profile_path} on every node\n")
+        return 0
+    from ..runtime.oci_run import dumps
+
+    base = os.path.join(cwd, args.output)
+    try:
+        os.makedirs(os.path.join(base, "profiles"), exist_ok=True)
+        _write_atomic(os.path.join(base, f"workload.{args.format}"), out.encode())
+        _write_atomic(os.path.join(base, profile_path), (dumps(profile) + "\n").encode())
+    except OSError as e:
+        stderr.write(f"sbxc export: cannot write into {args.output}: {e.strerror or e}\n")
+        return 1
+    return 0
+
+
+def write_bundle(directory: str, planfile_bytes: bytes, config: dict, plan) -> None:
+    """An OCI bundle for ``runc run --bundle DIRECTORY``: ``config.json`` (the command is
+    ``sh``, the folder the project, the environment ``env.set`` and the cache variables:
+    nothing of the caller's environment is written to disk), an empty ``rootfs``, the empty
+    file masked files are bound from, and the plan file itself (``plan.json``)."""
+    import json
+
+    from ..backends.oci import EMPTY_FILE, ROOTFS
+
+    cfg = json.loads(json.dumps(config))
+    cfg["process"].update(args=["sh"], cwd=plan.project,
+                          env=["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+                          + [f"{k}={v}" for k, v in list(plan.cache.env) + list(plan.env.set)])
+    os.makedirs(os.path.join(directory, ROOTFS), exist_ok=True)
+    empty = os.path.join(directory, EMPTY_FILE)
+    if not os.path.exists(empty):
+        os.close(os.open(empty, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444))
+    _write_atomic(os.path.join(directory, "config.json"), (json.dumps(cfg, indent=1, sort_keys=True) + "\n").encode())
+    _write_atomic(os.path.join(directory, "plan.json"), planfile_bytes)
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)

@@ -1,0 +1,343 @@
+"""The OCI backend under the real runc: what a command inside can and cannot do.
+
+The same checks as the bwrap backend's live tests, through ``sbxc exec --backend oci``
+(root and, rootless, an unprivileged user): the shared case list against the decision
+model, writes outside the project, masked files, the network, capabilities, the
+deny-listed calls (which also shows that runc and its libseccomp accept the profile), the
+per-project cache, and the refusals before the command starts. Each check has its
+control: the same probe outside the sandbox sees what the sandbox hides.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import cases  # noqa: E402
+from conftest import SANDBOX_PYTHON, base_env, run, sbxc_argv  # noqa: E402
+from sbxc.compiler.decide import decide  # noqa: E402
+
+pytestmark = pytest.mark.live
+
+OCI = ("--backend", "oci")
+
+
+@pytest.fixture(scope="module")
+def runc():
+    from sbxc.runtime.probe import host_program
+
+    found, why = host_program("runc", os.environ)
+    if not found:
+        pytest.skip(f"runc is not installed ({why or 'not in the system program folders'}); scripts/setup installs it")
+    return found
+
+
+@pytest.mark.parametrize("variant", ["a", "b"])
+def test_shared_cases_agree_with_decide(runc, variant, tmp_path):
+    root = str(tmp_path / "tree")
+    os.makedirs(root)
+    os.chmod(tmp_path, 0o755)
+    cases.build_tree(root)
+    plan = cases.make_plan(cases.shared_rules(root, variant), project=f"{root}/proj")
+    pf = cases.planfile_for(plan, "oci")
+    res = cases.run_planfile(pf, ["/bin/sh", "-c", cases.probe_script(root)], cwd=f"{root}/proj", tmp=str(tmp_path))
+    got = cases.parse_probe(res.out)
+    assert len(got) == len(cases.CASES), (res.rc, res.err)
+    problems = []
+    for name, rel, op in cases.CASES:
+        path = cases.case_path(root, rel)
+        d = decide(plan, path)
+        want = d.allows(op)
+        if got[name] == want:
+            continue
+        if got[name]:
+            problems.append(f"oci grants more than the policy: {name} ({op} {path}), decide says {d.access}")
+            continue
+        rule_path = d.rule.path if d.rule else ""
+        admitted = [v for v in pf["report"] if rule_path and v[0].endswith(" " + rule_path)
+                    and v[1] in ("narrowed", "partial")]
+        if not admitted:
+            problems.append(f"oci denies {name} ({op} {path}) that decide allows, and its report does not say so")
+    assert not problems, "\n".join(problems)
+    # The control: unsandboxed, the same script writes outside the project and reads the key.
+    out = subprocess.run(["/bin/sh", "-c", cases.probe_script(root)], capture_output=True, text=True, cwd=root).stdout
+    free = cases.parse_probe(out)
+    assert free["read masked ssh key"] and free["create outside"]
+    assert not got["read masked ssh key"] and not got["create outside"]
+
+
+def test_outside_writes_and_masks(runc, sbxc, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(outside, 0o777)
+    script = (f"touch {outside}/x 2>/dev/null && echo OUTSIDE-WRITTEN; "
+              "touch src/made && echo PROJECT-OK; "
+              "cat ~/.ssh/id_rsa 2>/dev/null; cat ~/.aws/credentials 2>/dev/null; "
+              "echo x 2>/dev/null > ~/.netrc && echo NETRC-WRITTEN; "
+              "cat ~/.config/tool/settings")
+    r = sbxc("sbxc: 1\nextends: [builtin:default]\n", "/bin/sh", "-c", script, args=OCI)
+    assert r.rc == 0, r
+    assert "PROJECT-OK" in r.out and "visible" in r.out, r
+    assert "OUTSIDE-WRITTEN" not in r.out and not (outside / "x").exists(), r
+    assert "PRIVATE KEY" not in r.out and "SECRET" not in r.out and "NETRC-WRITTEN" not in r.out, r
+    assert os.path.exists(os.path.join(sbxc.project, "src", "made"))
+    # Control: the same shell outside the sandbox reads the key and writes outside.
+    free = run(["/bin/sh", "-c", script], env=base_env(sbxc.home), cwd=sbxc.project)
+    assert "PRIVATE KEY" in free.out and "OUTSIDE-WRITTEN" in free.out, free
+
+
+def test_capabilities_empty_and_no_new_privileges(runc, sbxc):
+    probe = "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status"
+    r = sbxc(None, "/bin/sh", "-c", probe, args=OCI)
+    assert r.rc == 0, r
+    fields = dict(line.split(":\t", 1) for line in r.out.strip().splitlines())
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert fields[cap].strip() == "0000000000000000", r
+    assert fields["NoNewPrivs"].strip() == "1" and fields["Seccomp"].strip() == "2", r
+    # Control: outside, the bounding set is never empty (and root holds every capability).
+    free = subprocess.run(["/bin/sh", "-c", probe], capture_output=True, text=True).stdout
+    assert "CapBnd:\t0000000000000000" not in free
+    if os.geteuid() == 0:
+        assert "CapEff:\t0000000000000000" not in free
+
+
+def test_network_off_loopback_inside_works(runc, sbxc, tcp_server):
+    connect = (f"import socket; s=socket.create_connection(('127.0.0.1', {tcp_server.port}), timeout=3); "
+               "print(s.recv(16).decode())")
+    off = sbxc("sbxc: 1\nextends: [builtin:default]\nnetwork: false\n", SANDBOX_PYTHON, "-c", connect, args=OCI)
+    assert off.rc != 0 and "pong" not in off.out, off
+    # Loopback of the sandbox's own namespace works: a server and a client in one command.
+    local = ("import socket; a=socket.socket(); a.bind(('127.0.0.1', 0)); a.listen(1); "
+             "b=socket.create_connection(a.getsockname()); c,_=a.accept(); c.send(b'here'); print(b.recv(4).decode())")
+    lo = sbxc("sbxc: 1\nextends: [builtin:default]\nnetwork: false\n", SANDBOX_PYTHON, "-c", local, args=OCI)
+    assert lo.rc == 0 and "here" in lo.out, lo
+    # Control: with the network on, the same connection reaches the host's server.
+    on = sbxc("sbxc: 1\nextends: [builtin:default]\nnetwork: true\n", SANDBOX_PYTHON, "-c", connect, args=OCI)
+    assert on.rc == 0 and "pong" in on.out, on
+
+
+def test_port_rules_mean_no_network(runc, sbxc, tcp_server):
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {tcp_server.port}), timeout=3); print('REACHED')"
+    policy = f"sbxc: 1\nextends: [builtin:default]\nnetwork: [connect tcp {tcp_server.port}]\n"
+    r = sbxc(policy, SANDBOX_PYTHON, "-c", connect, args=OCI)
+    assert r.rc != 0 and "REACHED" not in r.out, r
+
+
+def test_deny_listed_calls_get_eperm_through_runc(runc, sbxc):
+    """runc loads the profile (runc and its libseccomp accept the JSON) and the calls of the
+    deny list answer EPERM inside, where the same probe outside gets other answers."""
+    from test_seccomp_live import EPERM, NOT_EPERM_UNPRIVILEGED, PROBE
+
+    # Calls through another ABI end the process (SIGSYS): checked on their own below.
+    probe = "\n".join(line for line in PROBE.splitlines() if "x32 getpid" not in line
+                      and "i386" not in line and not line.startswith(("code = ", "m = ", "m.write", "fn = ", "r = fn")))
+    assert "x32" not in probe and "int 0x80" not in probe
+    with open(os.path.join(sbxc.project, "probe.py"), "w") as f:
+        f.write(probe)
+    r = sbxc(None, SANDBOX_PYTHON, "probe.py", "", args=OCI)
+    assert r.rc == 0, r
+    inside = json.loads(r.out.strip().splitlines()[-1])
+    free = subprocess.run([SANDBOX_PYTHON, os.path.join(sbxc.project, "probe.py"), ""], capture_output=True,
+                          text=True, timeout=60)
+    outside = json.loads(free.stdout)
+    for name, val in inside.items():
+        if name.startswith("control"):
+            assert val == 0, f"{name}: {val} inside"
+            continue
+        assert val == -EPERM, f"{name}: {val} inside the OCI sandbox"
+        if os.geteuid() == 0 or name in NOT_EPERM_UNPRIVILEGED:
+            assert outside[name] != -EPERM, f"{name}: EPERM outside too, so this probe proves nothing"
+
+
+def test_other_abi_calls_are_refused(runc, sbxc):
+    """An x32 call (the x86_64 entry with bit 30 set) is outside the profile's architecture
+    list: the process dies of SIGSYS inside (the report says so), the same call outside
+    returns normally."""
+    if os.uname().machine != "x86_64":
+        pytest.skip("x32 exists on x86_64 only")
+    code = ("import ctypes; libc = ctypes.CDLL(None, use_errno=True); libc.syscall.restype = ctypes.c_long; "
+            "libc.syscall(ctypes.c_long(0x40000000 | 39)); print('RETURNED')")
+    r = sbxc(None, SANDBOX_PYTHON, "-c", code, args=OCI)
+    assert r.rc == 128 + 31 and "RETURNED" not in r.out, r
+    free = subprocess.run([SANDBOX_PYTHON, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "RETURNED" in free.stdout, free
+
+
+def test_cache_works_and_is_per_project(runc, sbxc, tmp_path):
+    put = "mkdir -p \"$PIP_CACHE_DIR\" && echo kept > \"$PIP_CACHE_DIR/mark\" && echo \"$PIP_CACHE_DIR\""
+    r = sbxc(None, "/bin/sh", "-c", put, args=OCI)
+    assert r.rc == 0, r
+    where = r.out.strip().splitlines()[-1]
+    assert os.path.isfile(os.path.join(where, "mark")), r
+    again = sbxc(None, "/bin/sh", "-c", "cat \"$PIP_CACHE_DIR/mark\"", args=OCI)
+    assert again.rc == 0 and "kept" in again.out, again
+    # Another project has its own cache and cannot see this one.
+    other = tmp_path / "other"
+    other.mkdir()
+    os.chmod(tmp_path, 0o755)
+    look = f"echo \"$PIP_CACHE_DIR\"; cat {where}/mark 2>/dev/null && echo SEEN; true"
+    o = run(sbxc_argv("exec", "--backend", "oci", "--", "/bin/sh", "-c", look), env=base_env(sbxc.home), cwd=str(other))
+    try:
+        assert o.rc == 0, o
+        assert where not in o.out.splitlines()[0] and "SEEN" not in o.out, o
+    finally:
+        from conftest import remove_project_cache
+
+        remove_project_cache(str(other.resolve()))
+
+
+def test_status_passes_through(runc, sbxc):
+    assert sbxc(None, "/bin/sh", "-c", "exit 7", args=OCI).rc == 7
+    r = sbxc(None, "/bin/sh", "-c", "echo out; echo err >&2; exit 1", args=OCI)
+    assert (r.rc, r.out, r.err) == (1, "out\n", "err\n"), r
+    # The command is pid 1 of its PID namespace: a child it starts can die of a signal.
+    k = sbxc(None, "/bin/sh", "-c", "sh -c 'kill -TERM $$'; exit $?", args=OCI)
+    assert k.rc == 143, k
+    assert sbxc(None, "/no/such/program", args=OCI).rc == 127
+
+
+def test_refuses_without_runc(runc, sbxc, tmp_path):
+    r = sbxc(None, "/bin/true", args=OCI, env={"SBXC_RUNC": str(tmp_path / "no-runc")})
+    assert r.rc == 125, r
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sbxc: no runc that sbxc may start") and "apt install runc" in lines[0], r
+
+
+def test_refuses_a_runc_a_command_could_write(runc, sbxc, tmp_path):
+    """A runc in a folder the caller can write (as a sandboxed command could) is never started."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    os.chmod(tmp_path, 0o755)
+    marker = tmp_path / "ran"
+    (fake / "runc").write_text(f"#!/bin/sh\ntouch {marker}\nexec {runc} \"$@\"\n")
+    os.chmod(fake / "runc", 0o755)
+    r = sbxc(None, "/bin/true", args=OCI, env={"PATH": f"{fake}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"})
+    assert not marker.exists(), r
+    assert r.rc == 0, r  # the system runc was taken instead
+
+
+def test_cwd_outside_the_sandbox_is_refused(runc, sbxc):
+    os.makedirs(os.path.join(sbxc.project, "inner"))
+    policy = "sbxc: 1\nextends: [builtin:default]\nfilesystem:\n  - mask {project}/inner\n"
+    r = sbxc(policy, "/bin/true", args=OCI, cwd=os.path.join(sbxc.project, "inner"))
+    assert r.rc == 125, r
+    assert r.err.startswith("sbxc: ") and len(r.err.strip().splitlines()) == 1, r
+
+
+def test_runc_failure_before_the_command_is_125(runc, tmp_path):
+    """runc failing in its set-up (a mount the kernel refuses) is one sbxc line naming
+    runc's cause and 125, never the command's status or output."""
+    root = str(tmp_path / "tree")
+    os.makedirs(root)
+    os.chmod(tmp_path, 0o755)
+    cases.build_tree(root)
+    pf = cases.planfile_for(cases.make_plan(cases.shared_rules(root), project=f"{root}/proj"), "oci")
+    pf["lowered"]["config"]["mounts"].append(
+        {"destination": f"{root}/proj/sub", "type": "no-such-filesystem", "source": "none", "options": []})
+    marker = f"{root}/proj/ran"
+    res = cases.run_planfile(pf, ["/bin/sh", "-c", f"touch {marker}; exit 3"], cwd=f"{root}/proj", tmp=str(tmp_path))
+    assert res.rc == 125, res
+    assert not os.path.exists(marker)
+    lines = res.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sbxc: runc could not start the sandbox: "), res
+
+
+def test_signals_reach_the_command_as_on_other_backends(runc, sbxc):
+    """The command is pid 1 of its PID namespace, where the kernel drops a signal it has no
+    handler for: sbxc's SIGTERM still ends `sleep` (143, as its default action would), and
+    a command with a handler gets the signal itself."""
+    import signal
+    import time
+
+    env = base_env(sbxc.home)
+
+    def start(*cmd):
+        p = subprocess.Popen(sbxc_argv("exec", "--backend", "oci", "--", *cmd), env=env, cwd=sbxc.project,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2.0)  # runc's set-up; the pid file is there once the command runs
+        return p
+
+    p = start("sleep", "30")
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=20)
+    assert p.returncode == 143, (out, err)
+    assert time.monotonic() - t0 < 10
+    handler = ("import signal, sys, time\n"
+               "signal.signal(signal.SIGTERM, lambda *a: (print('caught', flush=True), sys.exit(5)))\n"
+               "time.sleep(30)\n")
+    p = start(SANDBOX_PYTHON, "-c", handler)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=20)
+    assert (p.returncode, out) == (5, "caught\n"), err
+
+
+def test_compiled_bundle_runs_under_runc_by_hand(runc, sbxc, tmp_path):
+    """`sbxc compile --backend oci -o DIR` writes a bundle runc runs as it is (after the
+    command is set): the same confinement without sbxc in the loop."""
+    policy = "sbxc: 1\nextends: [builtin:default]\nnetwork: false\n"
+    with open(os.path.join(sbxc.project, "sandbox.policy.yaml"), "w") as f:
+        f.write(policy)
+    bundle = str(tmp_path / "bundle")
+    os.chmod(tmp_path, 0o755)
+    c = run(sbxc_argv("compile", "--backend", "oci", "-o", bundle), env=base_env(sbxc.home), cwd=sbxc.project)
+    assert c.rc == 0, c
+    assert sorted(os.listdir(bundle)) == ["config.json", "plan.json", "rootfs", "sbxc-empty"]
+    with open(os.path.join(bundle, "config.json")) as f:
+        cfg = json.load(f)
+    assert cfg["process"]["cwd"] == sbxc.project and cfg["process"]["args"] == ["sh"]
+    assert not any(e.startswith("HOME=") for e in cfg["process"]["env"]), "the caller's environment stays off disk"
+    cfg["process"]["args"] = ["/bin/sh", "-c", "grep CapEff /proc/self/status; cat ~/.ssh/id_rsa; touch /etc/x"]
+    cfg["process"]["env"].append(f"HOME={sbxc.home}")
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    # The bundle binds the project's cache folder, which sbxc exec makes on its first run.
+    assert sbxc(None, "/bin/true", args=OCI).rc == 0
+    state = str(tmp_path / "state")
+    argv = [runc, "--root", state] + (["--rootless", "true"] if os.geteuid() else []) + [
+        "run", "--bundle", bundle, f"sbxc-test-{os.getpid()}"]
+    p = subprocess.run(argv, cwd=bundle, capture_output=True, text=True, timeout=60)
+    assert "CapEff:\t0000000000000000" in p.stdout, p
+    assert "PRIVATE KEY" not in p.stdout and "Read-only file system" in p.stderr, p
+
+
+def test_bundles_are_out_of_the_commands_reach(runc, sbxc):
+    """Even under a policy that makes the folder above sbxc's root writable, the command sees
+    no run's bundle (they live in the plans folder, covered by an empty read-only folder) and
+    cannot write there; on the host the bundle of this very run exists meanwhile."""
+    from conftest import own_code_rules
+
+    root = os.environ.get("SBXC_ROOT") or f"/var/tmp/sbxc-{os.getuid()}"
+    plans = os.path.join(root, "plans")
+    above = os.path.dirname(root)
+    policy = f"sbxc: 1\nextends: [builtin:default]\nfilesystem:\n  - write {above}\n" + own_code_rules(above)
+    script = (f"find {root} -name 'sbxc-run-*' 2>/dev/null; touch {plans}/x 2>/dev/null && echo WROTE; "
+              f"echo listed")
+    r = sbxc(policy, "/bin/sh", "-c", script, args=OCI)
+    assert r.rc == 0 and "listed" in r.out, r
+    assert "sbxc-run-" not in r.out and "WROTE" not in r.out, r
+    assert not os.path.exists(os.path.join(plans, "x"))
+    # Control: the host side of the same run has its bundle in the plans folder.
+    seen = sbxc(None, "/bin/sleep", "0", args=OCI)
+    assert seen.rc == 0
+    marker = "sbxc-run-"
+    p = subprocess.Popen(sbxc_argv("exec", "--backend", "oci", "--", "/bin/sleep", "3"), env=base_env(sbxc.home),
+                         cwd=sbxc.project)
+    try:
+        import time
+
+        found = False
+        for _ in range(60):
+            if any(n.startswith(marker) for n in os.listdir(plans)):
+                found = True
+                break
+            time.sleep(0.1)
+        assert found, "the run's bundle was not in the plans folder"
+    finally:
+        p.wait(timeout=30)
