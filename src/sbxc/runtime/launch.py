@@ -71,6 +71,10 @@ def build_env(rt: dict, environ, cache_env) -> dict:
         env[k] = v
     for k, v in rt.get("env_set", ()):
         env[k] = v
+    # Network off: the plan's settings that make tools fail at once instead of retrying
+    # (planfile.OFFLINE_ENV); a value the policy passes or sets wins.
+    for k, v in rt.get("offline_env", ()):
+        env.setdefault(k, v)
     return env
 
 
@@ -171,13 +175,18 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
                               network=rt.get("network", "on"), cache=cache, plans_dir=plans_dir(),
                               warn=lambda line: sys.stderr.write(one_line(line) + "\n"), environ=environ, host=now)
                 spec = runner.prepare(pf, list(cmd), env, ctx)
+                from .runwarn import show_warnings
+
+                show_warnings(pf, cwd)
             except BaseException:
                 journal.abandon(record)
                 raise
             # The hint is for a network that is off: `network: false`, or per-port rules
             # on bwrap (narrowed to no network). Under Landlock the listed ports stay open.
             net_off = ctx.network == "off" or (ctx.network == "rules" and backend == "bwrap")
-            status = run(spec, net_off, state)
+            from .hint import Feedback
+
+            status = run(spec, net_off, state, Feedback(net_off, backend == "landlock", rt.get("checks")))
             state.status = status
             import time
 
