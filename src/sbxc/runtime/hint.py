@@ -149,10 +149,16 @@ def denial_line(scan: StderrScan, checks, landlock: bool) -> str:
     writes, a mask or `tmpfs` everything). EACCES under bwrap is the host's own file
     permissions, except on a masked path."""
     for line, read_only in scan.denials:
+        # The path whose rule is the deepest: a line often starts with the program's own
+        # path ("/usr/bin/sh: 1: cannot create /p/x: Permission denied"), which a broad
+        # rule such as `read /` covers; the path the error is about has the nearer rule.
+        check, depth = None, -1
         for path in _paths_in(line):
-            check = _deepest(checks, path)
-            if check is None:
-                continue
+            c = _deepest(checks, path)
+            d = -1 if c is None else (0 if c[0] == "/" else c[0].count("/"))
+            if d >= depth and c is not None:
+                check, depth = c, d
+        if check is not None:
             access = check[2]
             if read_only:
                 ok = access in ("read", "mask", "none")
