@@ -175,9 +175,6 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
                               network=rt.get("network", "on"), cache=cache, plans_dir=plans_dir(),
                               warn=lambda line: sys.stderr.write(one_line(line) + "\n"), environ=environ, host=now)
                 spec = runner.prepare(pf, list(cmd), env, ctx)
-                from .runwarn import show_warnings
-
-                show_warnings(pf, cwd)
             except BaseException:
                 journal.abandon(record)
                 raise
@@ -185,8 +182,10 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             # on bwrap (narrowed to no network). Under Landlock the listed ports stay open.
             net_off = ctx.network == "off" or (ctx.network == "rules" and backend == "bwrap")
             from .hint import Feedback
+            from .runwarn import show_warnings
 
-            status = run(spec, net_off, state, Feedback(net_off, backend == "landlock", rt.get("checks")))
+            feedback = Feedback(net_off, backend == "landlock", rt.get("checks"), lambda: show_warnings(pf, cwd))
+            status = run(spec, net_off, state, feedback)
             state.status = status
             import time
 

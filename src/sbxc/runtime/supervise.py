@@ -241,7 +241,9 @@ def _relay_chunks(pid: int, err_r: int, wake_r: int):
 def run(spec, network_off: bool, state=None, feedback=None) -> int:
     """Fork, exec ``spec.argv``, relay stderr, wait, clean up. ``state`` (a ``RunState``)
     learns that the command's process was started. ``feedback``: None, or a callable
-    ``(rc, scan) -> str`` giving the fixed lines to print after a failed run (``hint``).
+    ``(rc, scan) -> str`` called once the command ran (``scan``: its stderr's
+    ``hint.StderrScan``, None when stderr was not read), giving the lines to print
+    (``hint.Feedback``).
 
     stderr is always read by sbxc: through a pipe, or, when sbxc's stderr is a terminal,
     through a pseudo-terminal of sbxc's (``ttyrelay``), so the command still writes to a
@@ -373,7 +375,9 @@ def run(spec, network_off: bool, state=None, feedback=None) -> int:
             _write_all(2, early)  # the runner judged it the command's own output
         if spec.command_status is not None:
             rc = spec.command_status(rc, first)
-        if scan is not None and rc != 0:
+        if feedback is not None:
+            # The command ran (a refusal or a failed exec returned above): the plan's
+            # warnings, then what its stderr calls for, after all of its output.
             lines = feedback(rc, scan)
             if lines:
                 _write_all(2, lines.encode("utf-8", "replace"))
