@@ -83,8 +83,9 @@ OFFLINE_ENV = (
 
 def offline_env(mode: str, backend: str) -> list:
     """OFFLINE_ENV where the run has no network: ``network: false``, and per-port rules on
-    bwrap (narrowed to no network). Under Landlock and macOS the listed ports stay open."""
-    if mode == "off" or (mode == "rules" and backend == "bwrap"):
+    bwrap and OCI (narrowed to no network). Under Landlock and macOS the listed ports stay
+    open."""
+    if mode == "off" or (mode == "rules" and backend in ("bwrap", "oci")):
         return [list(kv) for kv in OFFLINE_ENV]
     return []
 
