@@ -57,7 +57,45 @@ def runtime_section(plan) -> dict:
     }
 
 
-def build(plan, host, backend: str, lowered: dict, verdicts) -> dict:
+# With the network off, what makes tools fail at once instead of waiting and retrying
+# (SPEC §5: a network attempt fails fast). Each is read from the environment, so no file
+# in the project or the home folder is written; a value the policy sets or passes wins.
+OFFLINE_ENV = (
+    # npm (and pnpm) retry a failed request twice, 10 s and then 60 s later: 70 s and
+    # more before `npm install` fails, every request that misses its cache again.
+    ("npm_config_fetch_retries", "0"),
+    # npm's check for a newer npm after the command: one more request that cannot succeed.
+    ("npm_config_update_notifier", "false"),
+    # pip retries 5 times with a growing pause (about 7.5 s per URL). One retry costs
+    # no wait (urllib3 pauses from the second on) and is what makes pip print why the
+    # connection failed: with none, it reports only "No matching distribution".
+    ("PIP_RETRIES", "1"),
+    ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+    # cargo retries network errors 3 times by default.
+    ("CARGO_NET_RETRY", "0"),
+    # glibc's resolver (getaddrinfo in every C, Python, Node and git program) overrides
+    # resolv.conf's options with these: one try of one second per name server. Without a
+    # network each query fails at once anyway (no route, or no socket under Landlock);
+    # this bounds a resolv.conf that asks for long timeouts and many attempts.
+    ("RES_OPTIONS", "timeout:1 attempts:1"),
+)
+
+
+def offline_env(mode: str, backend: str) -> list:
+    """OFFLINE_ENV where the run has no network: ``network: false``, and per-port rules on
+    bwrap and OCI (narrowed to no network). Under Landlock and macOS the listed ports stay
+    open."""
+    if mode == "off" or (mode == "rules" and backend in ("bwrap", "oci")):
+        return [list(kv) for kv in OFFLINE_ENV]
+    return []
+
+
+def build(plan, host, backend: str, lowered: dict, verdicts, warnings=()) -> dict:
+    """The plan file. ``warnings``: lines ``exec`` prints once per policy change (the
+    compiler's ``run_warnings``)."""
+    rt = runtime_section(plan)
+    rt["offline_env"] = offline_env(plan.network.mode, backend)
+    rt["warnings"] = [str(w) for w in warnings]
     return {
         "format": FORMAT,
         "sbxc": VERSION,
@@ -65,7 +103,7 @@ def build(plan, host, backend: str, lowered: dict, verdicts) -> dict:
         "host": host.to_dict(),
         "sources": [list(s) for s in plan.sources],
         "ir": asdict(plan),
-        "runtime": runtime_section(plan),
+        "runtime": rt,
         "lowered": lowered,
         "report": [[v.subject, v.status, v.why, str(v.span)] for v in verdicts],
     }

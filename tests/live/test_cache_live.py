@@ -22,7 +22,7 @@ pytestmark = pytest.mark.live
 
 UID = os.getuid()
 SBXC = [sys.executable, "-m", "sbxc"]
-from conftest import SANDBOX_PYTHON  # noqa: E402
+from conftest import SANDBOX_PYTHON, without_plan_warnings  # noqa: E402
 CACHE_VARS = {v for vs in cache.TOOLS.values() for v in vs}
 NOBODY = 65534
 HOST = probe.probe_host(os.environ, full=True)
@@ -178,7 +178,7 @@ def test_xdg_cache_file_survives_between_commands(ws, backend):
     r1 = sh(proj, backend, f'echo {token} > "$XDG_CACHE_HOME/note" && printf %s "$XDG_CACHE_HOME"')
     assert r1.returncode == 0, r1.stderr
     assert r1.stdout == f"{d}/xdg"
-    assert "warning" not in r1.stderr
+    assert "warning" not in without_plan_warnings(r1.stderr)
     r2 = sh(proj, backend, 'cat "$XDG_CACHE_HOME/note"')
     assert r2.returncode == 0 and r2.stdout.strip() == token, r2.stderr
     # where `sbxc cache path` says, on the host, owned by the caller, 0700
@@ -343,7 +343,7 @@ def test_suspect_root_gives_a_throwaway_cache_and_one_warning(ws, backend, how):
               'mkdir -p "$PIP_CACHE_DIR/wheels" && echo MADE; ls -A "$XDG_CACHE_HOME"')
     r = sh(proj, backend, script)
     assert r.returncode == 0, r.stderr
-    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("sbxc:")]
+    warnings = [ln for ln in without_plan_warnings(r.stderr).splitlines() if ln.startswith("sbxc:")]
     assert len(warnings) == 1, r.stderr
     w = warnings[0]
     assert w.startswith("sbxc: warning: ") and problem in w and "throwaway" in w and "fix:" in w

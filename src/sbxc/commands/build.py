@@ -105,7 +105,10 @@ def compile_for_exec(policy, backend, network, environ, cwd: str, gate=None) -> 
     if errors or res.plan is None or lowered is None:
         sys.stderr.write(render_text(errors or diags, res.lines, cwd))
         raise Refusal(f"the policy {one_line(res.policy, 200)} has errors", "fix them (sbxc compile --check)")
-    pf = json.loads(dumps(build(res.plan, host, res.backend, lowered.data, lowered.verdicts)))
+    from ..compiler.runwarnings import run_warnings
+
+    warnings = run_warnings(res.plan, diags, res.backend, host)
+    pf = json.loads(dumps(build(res.plan, host, res.backend, lowered.data, lowered.verdicts, warnings)))
     return {
         "plan": pf,
         "sources": [[p, d] for p, d in res.sources],

@@ -86,7 +86,10 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
         from ..planfile import build, dumps
 
         lowered = next(r.lowered for r in reports if r.backend == selected)
-        data = dumps(build(result.plan, host, selected, lowered.data, lowered.verdicts))
+        from ..compiler.runwarnings import run_warnings
+
+        warnings = run_warnings(result.plan, diags, selected, host)
+        data = dumps(build(result.plan, host, selected, lowered.data, lowered.verdicts, warnings))
         try:
             if selected == "oci" and args.output != "-":
                 # For the OCI backend -o names a bundle folder (config.json, rootfs, the plan).

@@ -105,9 +105,6 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
         cleanups.append(lambda d=d: remove_path(d))  # never follows a link the command left
         run_dirs.append(d)
         rules.append((d, fs, "dir"))
-    if low.get("stdio_ttys"):
-        for name in stdio_terminals():
-            rules.append((name, _TTY_RIGHTS & fs, "file"))
     if run_dirs:
         tmp = next((d for d, b in zip(run_dirs, low["tmpfs"]) if b == "/tmp"), run_dirs[0])
         env = dict(env)
@@ -129,7 +126,10 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
         # Root must get the namespaces: without them its command reaches every root
         # process by pid, and every SysV IPC object of the host.
         parent = fork_under_reaper(sbxc_pid, namespaces=True, required=ctx.is_root)  # returns in the command only
-        confine(rules, ports, fs, net, scoped, bpf, is_root=ctx.is_root, parent_pid=parent)
+        # Asked here, in the command's own process: its stderr may be sbxc's relay
+        # pseudo-terminal (supervise, ttyrelay), not sbxc's terminal.
+        ttys = [(name, _TTY_RIGHTS & fs, "file") for name in stdio_terminals()] if low.get("stdio_ttys") else []
+        confine(rules + ttys, ports, fs, net, scoped, bpf, is_root=ctx.is_root, parent_pid=parent)
 
     # The command's own process execs it, so the name is looked up as its shell would;
     # the core answered 127 already for a program not on PATH.

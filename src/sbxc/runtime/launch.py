@@ -72,6 +72,10 @@ def build_env(rt: dict, environ, cache_env) -> dict:
         env[k] = v
     for k, v in rt.get("env_set", ()):
         env[k] = v
+    # Network off: the plan's settings that make tools fail at once instead of retrying
+    # (planfile.OFFLINE_ENV); a value the policy passes or sets wins.
+    for k, v in rt.get("offline_env", ()):
+        env.setdefault(k, v)
     return env
 
 
@@ -178,7 +182,11 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             # The hint is for a network that is off: `network: false`, or per-port rules
             # on bwrap and OCI (narrowed to no network). Under Landlock the listed ports stay open.
             net_off = ctx.network == "off" or (ctx.network == "rules" and backend in ("bwrap", "oci"))
-            status = run(spec, net_off, state)
+            from .hint import Feedback
+            from .runwarn import show_warnings
+
+            feedback = Feedback(net_off, backend == "landlock", rt.get("checks"), lambda: show_warnings(pf, cwd))
+            status = run(spec, net_off, state, feedback)
             state.status = status
             import time
 

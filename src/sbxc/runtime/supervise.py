@@ -14,22 +14,7 @@ import os
 import sys
 
 from .errors import REFUSED, Refusal, one_line
-
-# SPEC §5: one fixed hint after a failed command whose stderr shows a network failure.
-# Lower-case bytes; matched case-insensitively on stderr only. The text printed is the
-# constant below, never anything taken from the output.
-NETWORK_PATTERNS = (
-    b"could not resolve host",
-    b"name resolution",
-    b"network is unreachable",
-    b"connection refused",
-    b"cannot assign requested address",
-)
-NETWORK_HINT = (
-    "sbxc: hint: the network is off in this sandbox; if the command needs it, run "
-    "`sbxc exec --network=true ...` or set `network: true` in the policy\n"
-)
-_OVERLAP = max(len(p) for p in NETWORK_PATTERNS) - 1
+from .hint import NETWORK_HINT, NETWORK_PATTERNS, StderrScan  # noqa: F401 (NETWORK_*: their old home)
 
 # Signals passed on to the sandbox process; the rest keep their default action.
 # SIGWINCH too: the command has no controlling terminal under bwrap (new session), so a
@@ -220,7 +205,10 @@ def _relay_chunks(pid: int, err_r: int, wake_r: int):
     while True:
         ready = select.select([err_r, wake_r], [], [])[0]
         if err_r in ready:
-            chunk = os.read(err_r, 65536)
+            try:
+                chunk = os.read(err_r, 65536)
+            except OSError:  # EIO: a pseudo-terminal's master once every slave is closed
+                chunk = b""
             if not chunk:
                 return  # every writer is gone; the caller waits for the status
             yield chunk
@@ -244,25 +232,47 @@ def _relay_chunks(pid: int, err_r: int, wake_r: int):
                         yield chunk
                 except BlockingIOError:
                     pass
+                except OSError:  # EIO (pseudo-terminal, every slave closed): all was read
+                    pass
                 yield status
                 return
 
 
-def run(spec, network_off: bool, state=None) -> int:
-    """Fork, exec ``spec.argv``, relay stderr when it is not a terminal, wait, clean up.
-    ``state`` (a ``RunState``) learns that the command's process was started."""
+def run(spec, network_off: bool, state=None, feedback=None) -> int:
+    """Fork, exec ``spec.argv``, relay stderr, wait, clean up. ``state`` (a ``RunState``)
+    learns that the command's process was started. ``feedback``: None, or a callable
+    ``(rc, scan) -> str`` called once the command ran (``scan``: its stderr's
+    ``hint.StderrScan``, None when stderr was not read), giving the lines to print
+    (``hint.Feedback``).
+
+    stderr is always read by sbxc: through a pipe, or, when sbxc's stderr is a terminal,
+    through a pseudo-terminal of sbxc's (``ttyrelay``), so the command still writes to a
+    terminal. Where no pseudo-terminal can be had, the command gets the terminal itself."""
     import _signal
 
-    interpose = not os.isatty(2)
+    interpose = True
+    relay = None
+    if os.isatty(2):
+        from .ttyrelay import open_relay
+
+        relay = open_relay(2)
+        interpose = relay is not None
     err_r = err_w = -1
-    if interpose:
+    if relay is not None:
+        err_r, err_w = relay
+    elif interpose:
         err_r, err_w = os.pipe()  # both O_CLOEXEC; err_w becomes fd 2 in the child
     # Reports from the child between fork and exec (child_setup refusal, exec errno).
     rep_r, rep_w = os.pipe()
 
     child = [0]
+    master = [err_r if relay is not None else -1]  # -1 once closed: its number may be reused
 
     def forward(signum, _frame):
+        if master[0] >= 0 and signum == _signal.SIGWINCH:
+            from .ttyrelay import copy_size
+
+            copy_size(2, master[0])
         if child[0] <= 0:
             return
         if spec.deliver is not None:
@@ -304,13 +314,13 @@ def run(spec, network_off: bool, state=None) -> int:
         os.close(rep_r)
 
         first = b""
-        matched = False
         status = None
+        scan = None
         if interpose:
             held = []
             started = spec.started is None
-            tail = b""
-            scan = network_off
+            if feedback is not None:
+                scan = StderrScan(network_off, getattr(feedback, "landlock", False))
             for chunk in _relay_chunks(pid, err_r, wake_r):
                 if isinstance(chunk, int):
                     status = chunk  # the child ended (its wait status)
@@ -327,16 +337,13 @@ def run(spec, network_off: bool, state=None) -> int:
                 if len(first) < 256:
                     first += chunk[: 256 - len(first)]
                 _write_all(2, chunk)
-                if scan:
-                    low = tail + chunk.lower()
-                    for p in NETWORK_PATTERNS:
-                        if p in low:
-                            matched = True
-                            scan = False
-                            break
-                    tail = low[-_OVERLAP:]
+                if scan is not None:
+                    scan.feed(chunk)
+            master[0] = -1
             os.close(err_r)
             early = b"".join(held)
+            if scan is not None:
+                scan.finish()
         else:
             early = b""
         while status is None:
@@ -371,8 +378,12 @@ def run(spec, network_off: bool, state=None) -> int:
             _write_all(2, early)  # the runner judged it the command's own output
         if spec.command_status is not None:
             rc = spec.command_status(rc, first)
-        if matched and rc != 0:
-            _write_all(2, NETWORK_HINT.encode())
+        if feedback is not None:
+            # The command ran (a refusal or a failed exec returned above): the plan's
+            # warnings, then what its stderr calls for, after all of its output.
+            lines = feedback(rc, scan)
+            if lines:
+                _write_all(2, lines.encode("utf-8", "replace"))
         return rc
     finally:
         if old_wakeup is not None:
