@@ -133,6 +133,8 @@ COMPILE = Command(
            Flag("--check", "print diagnostics and the enforcement report instead of the plan"),
            Flag("--verbose", "with --check: every rule's verdict on every backend", short="-v"),
            Flag("--strict", "treat partial enforcement on the selected backend as an error"),
+           Flag("--no-accept", "with --check: do not accept policy files a sandboxed command may have written "
+                "(for hooks and scripts, whose output no one reads)"),
            _format("json", "sarif"),
            Flag("--output", "write the plan file here (- for stdout, the default without --check)",
                 metavar="PLAN", short="-o", path=True), HELP),

@@ -115,7 +115,7 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
             return 1
 
     accepted, closed = [], []
-    if args.check and not failed:
+    if args.check and not failed and not args.no_accept:
         # The caller has just looked at what these files enforce: a policy file that a
         # sandboxed command wrote (or a nearer one it removed) is trusted again.
         # A file the run journal holds as possibly written by a sandboxed run is recorded
