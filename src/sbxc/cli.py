@@ -21,10 +21,10 @@ COMMANDS = {
 
 def help_main(argv) -> int:
     """``sbxc help [COMMAND [SUBCOMMAND]]``: the same text as ``COMMAND --help``."""
-    from .commands import _args
+    from .commands import _args, _help
 
     if not argv:
-        sys.stdout.write(_args.top_help())
+        sys.stdout.write(_help.top_help())
         return 0
     if argv[0] in ("-h", "--help"):
         argv = ["help"]
@@ -40,16 +40,16 @@ def help_main(argv) -> int:
             names = [s.name for s in cmd.subcommands]
             sys.stderr.write(f"sbxc help: {_args.unknown(f'subcommand of {cmd.name}', argv[1], names) if names else f'{cmd.name} has no subcommands'}\n")
             return 2
-        sys.stdout.write(_args.command_help(sub, parent=cmd.name))
+        sys.stdout.write(_help.command_help(sub, parent=cmd.name))
         return 0
-    sys.stdout.write(_args.command_help(cmd))
+    sys.stdout.write(_help.command_help(cmd))
     return 0
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
-        from .commands._args import top_help
+        from .commands._help import top_help
 
         sys.stdout.write(top_help())
         return 0 if argv else 2

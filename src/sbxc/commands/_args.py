@@ -211,15 +211,55 @@ def unknown(what, word, names, where="") -> str:
     return f"unknown {what} {shown!r}{where}{tail} (choose from: {', '.join(names)})"
 
 
-def _value(flag, value, seen_as):
+def _value(flag, value):
+    """The value as stored (``--network``'s words as ``on``/``off``), or None when it is not one of the choices."""
     if flag.choices:
         v = value.lower() if flag.fold else value
         if v not in flag.choices:
             return None
-        if flag is NETWORK or flag.name == "--network":
+        if flag.name == NETWORK.name:
             return "on" if v in NETWORK_ON else "off"
         return v
     return value
+
+
+def _flag_value(cmd: Command, flag: Flag, w: str, eq: str, value: str, words: list, i: int):
+    """(the value ``flag`` gets at ``words[i]``, the index of the last word it used)."""
+    n = len(words)
+    if not flag.takes_value():
+        if eq:
+            raise Usage(f"{flag.name} takes no value (got {w!r})")
+        value = flag.const
+    elif eq:
+        got = _value(flag, value)
+        if got is None:
+            raise Usage(f"{w!r}: {flag.name} takes one of {', '.join(flag.choices)}")
+        value = got
+    elif flag.optional:
+        nxt = words[i + 1] if i + 1 < n else None
+        got = _value(flag, nxt) if nxt is not None and not nxt.startswith("-") else None
+        if got is not None:
+            value = got
+            i += 1
+        elif nxt is None or nxt.startswith("-"):
+            value = flag.const
+        else:
+            # The one place a word could be read two ways: as this flag's value or as
+            # what follows it (the command, a policy). Neither guess is safe.
+            raise Usage(f"{flag.name} {nxt!r}: {nxt!r} is not a value of {flag.name} "
+                        f"({' or '.join(flag.choices[:1] + NETWORK_OFF[:1])}); write {flag.name}=true or "
+                        f"{flag.name}=false" + (", and put the command after --" if cmd.rest else ""))
+    else:
+        if i + 1 >= n or (words[i + 1].startswith("-") and words[i + 1] != "-"):
+            raise Usage(f"{flag.name} needs a value ({flag.metavar})" + (
+                f", not the option {words[i + 1]!r}; write {flag.name}=VALUE for a value that starts with -"
+                if i + 1 < n else ""))
+        i += 1
+        got = _value(flag, words[i])
+        if got is None:
+            raise Usage(f"{flag.name} {words[i]!r}: choose from {', '.join(flag.choices)}")
+        value = got
+    return value, i
 
 
 def parse(cmd: Command, argv) -> dict:
@@ -265,39 +305,7 @@ def parse(cmd: Command, argv) -> dict:
             raise Usage(unknown("option", name, [f.name for f in cmd.flags], f" for {cmd.name}"))
         if flag is HELP or flag.name == "--help":
             raise HelpAsked()
-        if not flag.takes_value():
-            if eq:
-                raise Usage(f"{flag.name} takes no value (got {w!r})")
-            value = flag.const
-        elif eq:
-            got = _value(flag, value, w)
-            if got is None:
-                raise Usage(f"{w!r}: {flag.name} takes one of {', '.join(flag.choices)}")
-            value = got
-        elif flag.optional:
-            nxt = words[i + 1] if i + 1 < n else None
-            got = _value(flag, nxt, nxt) if nxt is not None and not nxt.startswith("-") else None
-            if got is not None:
-                value = got
-                i += 1
-            elif nxt is None or nxt.startswith("-"):
-                value = flag.const
-            else:
-                # The one place a word could be read two ways: as this flag's value or as
-                # what follows it (the command, a policy). Neither guess is safe.
-                raise Usage(f"{flag.name} {nxt!r}: {nxt!r} is not a value of {flag.name} "
-                            f"({' or '.join(flag.choices[:1] + NETWORK_OFF[:1])}); write {flag.name}=true or "
-                            f"{flag.name}=false" + (", and put the command after --" if cmd.rest else ""))
-        else:
-            if i + 1 >= n or (words[i + 1].startswith("-") and words[i + 1] != "-"):
-                raise Usage(f"{flag.name} needs a value ({flag.metavar})" + (
-                    f", not the option {words[i + 1]!r}; write {flag.name}=VALUE for a value that starts with -"
-                    if i + 1 < n else ""))
-            i += 1
-            got = _value(flag, words[i], words[i])
-            if got is None:
-                raise Usage(f"{flag.name} {words[i]!r}: choose from {', '.join(flag.choices)}")
-            value = got
+        value, i = _flag_value(cmd, flag, w, eq, value, words, i)
         if flag.dest in given and out[flag.dest] != value:
             raise Usage(f"{given[flag.dest]} and {w} disagree; give one")
         given[flag.dest] = w if not (flag.takes_value() and not eq and not flag.optional) else f"{w} {value}"
@@ -323,85 +331,7 @@ def parse(cmd: Command, argv) -> dict:
     return out
 
 
-# ------------------------------------------------------------------ help texts
-
-def usage_line(cmd: Command, parent: str = "") -> str:
-    words = [f"sbxc {parent + ' ' if parent else ''}{cmd.name}"]
-    if cmd.subcommands:
-        words.append("|".join(s.name for s in cmd.subcommands))
-        words.append("[OPTIONS]")
-    for f in cmd.flags:
-        if f is not HELP:
-            words.append(f"[{f.spelling()}]")
-    for p in cmd.positionals:
-        words.append(p.name if p.required else f"[{p.name}]")
-    if cmd.rest:
-        words.append(f"[--] {cmd.rest}")
-    return "usage: " + " ".join(words)
-
-
-def _flag_rows(flags) -> list:
-    rows = []
-    for f in flags:
-        left = (f"{f.short}, " if f.short else "") + f.spelling()
-        text = f.help
-        if f.choices and not f.optional:
-            text += f" ({'|'.join(f.choices)})"
-        elif f.optional:
-            text += f"; {f.name} alone means true, values: {', '.join(f.choices)}"
-        rows.append((left, text))
-    return rows
-
-
-def command_help(cmd: Command, parent: str = "") -> str:
-    lines = [usage_line(cmd, parent), "", cmd.summary[:1].upper() + cmd.summary[1:] + "."]
-    rows = [(p.name, p.help + (f" ({'|'.join(p.choices)})" if p.choices else "")) for p in cmd.positionals]
-    if cmd.rest:
-        rows.append((cmd.rest, "the command to run and its arguments"))
-    if rows:
-        lines += ["", "arguments:"] + [f"  {a:<22} {b}" for a, b in rows]
-    for sub in cmd.subcommands:
-        lines += ["", f"sbxc {cmd.name} {sub.name}: {sub.summary}"]
-        lines += [f"  {a:<22} {b}" for a, b in _flag_rows(f for f in sub.flags if f is not HELP)]
-    lines += ["", "options:"] + [f"  {a:<22} {b}" for a, b in _flag_rows(cmd.flags)]
-    for note in cmd.notes:
-        lines += ["", note]
-    if cmd.exits:
-        lines += ["", "exit status:"] + [f"  {e}" for e in cmd.exits]
-    return "\n".join(lines) + "\n"
-
-
-def top_help() -> str:
-    lines = ["usage: sbxc COMMAND [OPTIONS]", "", "commands:"]
-    for c in COMMANDS:
-        lines.append(f"  {c.name:<14} {c.summary}")
-    lines += ["", "sbxc help COMMAND (or sbxc COMMAND --help) lists a command's options and exit codes.",
-              "--policy, --backend and --network mean the same on compile, exec, print-config and explain.",
-              "", "Per-session workspaces (`sbxc session`, `exec --session`) are not part of this version."]
-    return "\n".join(lines) + "\n"
-
-
 class Parsed(dict):
     """The parsed options, read as attributes (``args.policy``)."""
 
     __getattr__ = dict.__getitem__
-
-
-def run_parse(cmd: Command, argv, stdout, stderr, parent: str = ""):
-    """``(args, None)``, or ``(None, exit code)``: the help printed and 0, or one usage line and 2."""
-    try:
-        return Parsed(parse(cmd, argv)), None
-    except HelpAsked:
-        stdout.write(command_help(cmd, parent))
-        return None, 0
-    except Usage as e:
-        name = f"sbxc {parent + ' ' if parent else ''}{cmd.name}"
-        stderr.write(f"{name}: {e} (see: sbxc help {parent or cmd.name})\n")
-        return None, 2
-
-
-def absolute_path(text: str) -> str:
-    """An absolute path, or Usage (a relative one would silently mean the current folder's)."""
-    if not text.startswith("/"):
-        raise Usage(f"must be an absolute path, not {text!r}")
-    return text

@@ -19,7 +19,7 @@ import sys
 from .. import cache as cachemod
 from ..discovery import project_of
 from ..runtime import cachedir, trees
-from . import _args
+from . import _args, _help
 
 
 def find_project(start: str) -> str:
@@ -62,7 +62,9 @@ def locate(project_arg: str | None, root_arg: str | None, uid: int) -> tuple[str
 def main(argv) -> int:
     verbs = {c.name: c for c in _args.CACHE.subcommands}
     if argv and argv[0] in ("-h", "--help"):
-        sys.stdout.write(_args.command_help(_args.CACHE))
+        from ._help import command_help
+
+        sys.stdout.write(command_help(_args.CACHE))
         return 0
     if not argv or argv[0] not in verbs:
         what = (_args.unknown("subcommand", argv[0], list(verbs)) if argv and not argv[0].startswith("-")
@@ -70,7 +72,7 @@ def main(argv) -> int:
         sys.stderr.write(f"sbxc cache: {what} (see: sbxc help cache)\n")
         return 2
     verb, rest = argv[0], argv[1:]
-    args, code = _args.run_parse(verbs[verb], rest, sys.stdout, sys.stderr, parent="cache")
+    args, code = _help.run_parse(verbs[verb], rest, sys.stdout, sys.stderr, parent="cache")
     if args is None:
         return code
     if args.root is not None and not args.root.startswith("/"):

@@ -14,7 +14,7 @@ from ..compiler.diagnostics import Diagnostic, diag, dumps_json, has_errors, ren
 from ..compiler.report import NOT_ENFORCEABLE, PARTIAL, render_report_text, render_sarif, report_json
 from ..layout import INTERNAL_ERROR, VERSION
 from ..runtime.errors import one_line
-from . import _args
+from . import _args, _help
 from .build import lower_all
 
 
@@ -55,7 +55,7 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
 
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    args, code = _args.run_parse(_args.COMPILE, argv, stdout, stderr)
+    args, code = _help.run_parse(_args.COMPILE, argv, stdout, stderr)
     if args is None:
         return code
     args["policy_pos"] = args.pop("policy_arg")

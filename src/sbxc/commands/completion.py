@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from . import _args
+from . import _args, _help
 
 
 def _words(items) -> str:
@@ -191,7 +191,7 @@ if (( $+functions[compdef] )); then compdef _sbxc sbxc; fi
 
 
 def main(argv) -> int:
-    args, code = _args.run_parse(_args.COMPLETION, argv, sys.stdout, sys.stderr)
+    args, code = _help.run_parse(_args.COMPLETION, argv, sys.stdout, sys.stderr)
     if args is None:
         return code
     sys.stdout.write(bash_script() if args.shell == "bash" else zsh_script())

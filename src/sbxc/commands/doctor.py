@@ -16,7 +16,7 @@ import time
 from .. import cache as cachemod
 from ..runtime import cachedir, probe, trees
 from ..runtime.errors import one_line
-from . import _args
+from . import _args, _help
 
 JSON_FORMAT = "sbxc-doctor/1"
 """The ``format`` field of ``doctor --format json`` (docs/output-formats.md)."""
@@ -219,7 +219,7 @@ def leftover_lines(uid: int) -> list[str]:
 
 
 def main(argv) -> int:
-    args, code = _args.run_parse(_args.DOCTOR, argv, sys.stdout, sys.stderr)
+    args, code = _help.run_parse(_args.DOCTOR, argv, sys.stdout, sys.stderr)
     if args is None:
         return code
     if args.root is not None and not args.root.startswith("/"):

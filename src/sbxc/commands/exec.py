@@ -96,7 +96,9 @@ def exec_main(argv, compile=compile_on_miss) -> int:
         try:
             a = parse_args(list(argv))
         except HelpAsked:
-            sys.stdout.write(_args.command_help(_args.EXEC))
+            from ._help import command_help
+
+            sys.stdout.write(command_help(_args.EXEC))
             return 0
         try:
             cwd = os.getcwd()

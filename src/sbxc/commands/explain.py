@@ -24,7 +24,7 @@ from .. import landlock_abi as ll
 from ..compiler.decide import decide
 from ..compiler.plan import KIND_DIR, KIND_MISSING, KIND_SOCKET, MASK, NONE, READ, TMPFS, WRITE, is_within
 from ..layout import BACKENDS, INTERNAL_ERROR
-from . import _args
+from . import _args, _help
 from .compile import overrides_of
 
 JSON_FORMAT = "sbxc-explain/1"
@@ -214,7 +214,7 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
 
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    args, code = _args.run_parse(_args.EXPLAIN, argv, stdout, stderr)
+    args, code = _help.run_parse(_args.EXPLAIN, argv, stdout, stderr)
     if args is None:
         return code
     paths = paths or HostPaths()

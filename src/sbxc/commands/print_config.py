@@ -10,7 +10,7 @@ import os
 import sys
 
 from ..compiler.diagnostics import display_path, dumps_json, render_json, render_text
-from . import _args
+from . import _args, _help
 from .compile import overrides_of
 
 _EXPLAINED = ("policy", "backend (resolved)")
@@ -59,7 +59,7 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
 
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    args, code = _args.run_parse(_args.PRINT_CONFIG, argv, stdout, stderr)
+    args, code = _help.run_parse(_args.PRINT_CONFIG, argv, stdout, stderr)
     if args is None:
         return code
     if host is None:

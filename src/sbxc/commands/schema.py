@@ -4,11 +4,11 @@ from __future__ import annotations
 import json
 import sys
 
-from . import _args
+from . import _args, _help
 
 
 def main(argv) -> int:
-    args, code = _args.run_parse(_args.SCHEMA, argv, sys.stdout, sys.stderr)
+    args, code = _help.run_parse(_args.SCHEMA, argv, sys.stdout, sys.stderr)
     if args is None:
         return code
     from ..compiler.settings import json_schema
