@@ -6,7 +6,8 @@
     args.txt         extra `sbxc compile` flags, one line; optional
     env.txt          NAME=VALUE lines added to the fixed environment; optional
     plan.json        expected: the IR
-    check.txt        expected: `sbxc compile --check` output and exit status
+    check.txt        expected: `sbxc compile --check --verbose` output and exit status (every verdict)
+    check-short.txt  expected: `sbxc compile --check` output (the short report) and exit status
     bwrap.argv, landlock.json, profile.sb, config.json   expected backend output, when that backend exists
 
 Each case runs in a fresh temporary tree with a fixed fake host and environment; the
@@ -102,9 +103,11 @@ def outputs(case: str, tmp_path) -> dict[str, str]:
     if result.plan is not None:
         host = with_listings(result.plan, host, root)
 
-    out, err = io.StringIO(), io.StringIO()
-    code = compile_cmd.run(["--check", *args], cwd=proj, environ=environ, host=host, paths=paths, stdout=out, stderr=err)
-    files = {"check.txt": stable(out.getvalue() + err.getvalue() + f"exit: {code}\n", root)}
+    files = {}
+    for name, flags in (("check.txt", ["--check", "--verbose"]), ("check-short.txt", ["--check"])):
+        out, err = io.StringIO(), io.StringIO()
+        code = compile_cmd.run([*flags, *args], cwd=proj, environ=environ, host=host, paths=paths, stdout=out, stderr=err)
+        files[name] = stable(out.getvalue() + err.getvalue() + f"exit: {code}\n", root)
 
     if result.plan is None:
         return files

@@ -5,22 +5,6 @@ loads the runtime and nothing of the compiler (no YAML parser, no Lark, no libse
 """
 import sys
 
-USAGE = """usage: sbxc COMMAND [ARGS]
-
-commands:
-  compile [POLICY] --check      validate a policy; print diagnostics and the enforcement report
-  compile [POLICY] -o PLAN      write the compiled plan (JSON)
-  exec [--policy P | --plan F] -- CMD...   run CMD in the sandbox
-  print-config                  every resolved setting and where it came from
-  doctor                        what this host can enforce; cache sizes
-  cache path|clear              the per-project dependency cache
-  schema                        JSON Schema of the policy file
-  init [--network] [--stdout]   write a commented starter sandbox.policy.yaml here (never overwrites)
-  export kubernetes [-o DIR]    a Pod or Job, its seccomp profile and a NetworkPolicy for the policy
-
-Per-session workspaces (`sbxc session`, `exec --session`) are not part of this version.
-"""
-
 # command name -> (module, function); each function takes the remaining argv, returns the exit code
 COMMANDS = {
     "exec": ("sbxc.commands.exec", "exec_entry"),  # exec_main, then os._exit (no teardown)
@@ -31,13 +15,45 @@ COMMANDS = {
     "cache": ("sbxc.commands.cache", "main"),
     "init": ("sbxc.commands.init", "main"),
     "export": ("sbxc.commands.export", "main"),
+    "explain": ("sbxc.commands.explain", "main"),
+    "completion": ("sbxc.commands.completion", "main"),
+    "help": ("sbxc.cli", "help_main"),
 }
+
+
+def help_main(argv) -> int:
+    """``sbxc help [COMMAND [SUBCOMMAND]]``: the same text as ``COMMAND --help``."""
+    from .commands import _args, _help
+
+    if not argv:
+        sys.stdout.write(_help.top_help())
+        return 0
+    if argv[0] in ("-h", "--help"):
+        argv = ["help"]
+    cmd = _args.BY_NAME.get(argv[0])
+    if cmd is None or len(argv) > 2:
+        what = (_args.unknown("command", argv[0], list(_args.BY_NAME)) if cmd is None
+                else f"unexpected argument {argv[2]!r}")
+        sys.stderr.write(f"sbxc help: {what}\n")
+        return 2
+    if len(argv) == 2:
+        sub = next((s for s in cmd.subcommands if s.name == argv[1]), None)
+        if sub is None:
+            names = [s.name for s in cmd.subcommands]
+            sys.stderr.write(f"sbxc help: {_args.unknown(f'subcommand of {cmd.name}', argv[1], names) if names else f'{cmd.name} has no subcommands'}\n")
+            return 2
+        sys.stdout.write(_help.command_help(sub, parent=cmd.name))
+        return 0
+    sys.stdout.write(_help.command_help(cmd))
+    return 0
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        sys.stdout.write(USAGE)
+    if not argv or argv[0] in ("-h", "--help"):
+        from .commands._help import top_help
+
+        sys.stdout.write(top_help())
         return 0 if argv else 2
     if argv[0] == "--version":
         from sbxc import __version__
@@ -46,7 +62,9 @@ def main(argv=None) -> int:
         return 0
     entry = COMMANDS.get(argv[0])
     if entry is None:
-        sys.stderr.write(f"sbxc: unknown command {argv[0]!r}\n{USAGE}")
+        from .commands._args import BY_NAME, unknown
+
+        sys.stderr.write(f"sbxc: {unknown('command', argv[0], list(BY_NAME))}; sbxc help lists them\n")
         return 2
     from os import environ
 

@@ -13,22 +13,13 @@ line naming what is left.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 from .. import cache as cachemod
 from ..discovery import project_of
 from ..runtime import cachedir, trees
-from ._args import Parser, absolute_path, parse
-
-
-def _parser(prog: str) -> argparse.ArgumentParser:
-    p = Parser(prog=prog)
-    p.add_argument("--project", metavar="DIR", help="the project folder (default: the current folder's project)")
-    p.add_argument("--root", metavar="ROOT", type=absolute_path,
-                   help="the cache root (default: the policy's cache.root, else /var/tmp/sbxc-{uid})")
-    return p
+from . import _args, _help
 
 
 def find_project(start: str) -> str:
@@ -69,21 +60,25 @@ def locate(project_arg: str | None, root_arg: str | None, uid: int) -> tuple[str
 
 
 def main(argv) -> int:
-    usage = "usage: sbxc cache path|clear [--project DIR | --all | --id ID] [--root ROOT]\n"
+    verbs = {c.name: c for c in _args.CACHE.subcommands}
     if argv and argv[0] in ("-h", "--help"):
-        sys.stdout.write(usage)
+        from ._help import command_help
+
+        sys.stdout.write(command_help(_args.CACHE))
         return 0
-    if not argv or argv[0] not in ("path", "clear"):
-        sys.stderr.write(usage)
+    if not argv or argv[0] not in verbs:
+        what = (_args.unknown("subcommand", argv[0], list(verbs)) if argv and not argv[0].startswith("-")
+                else f"a subcommand is needed first (choose from: {', '.join(verbs)})")
+        sys.stderr.write(f"sbxc cache: {what} (see: sbxc help cache)\n")
         return 2
     verb, rest = argv[0], argv[1:]
-    p = _parser(f"sbxc cache {verb}")
-    if verb == "clear":
-        p.add_argument("--all", action="store_true", help="every project's cache under the root")
-        p.add_argument("--id", metavar="ID", help="one project folder by its name under the root (as doctor lists it)")
-    args, code = parse(p, rest, sys.stderr)
+    args, code = _help.run_parse(verbs[verb], rest, sys.stdout, sys.stderr, parent="cache")
     if args is None:
         return code
+    if args.root is not None and not args.root.startswith("/"):
+        sys.stderr.write(f"sbxc cache {verb}: --root must be an absolute path, not {args.root!r} "
+                         "(see: sbxc help cache)\n")
+        return 2
     uid = os.getuid()
     project, root, pdir, enabled = locate(args.project, args.root, uid)
     if verb == "path":
@@ -94,10 +89,6 @@ def main(argv) -> int:
         if problem:
             sys.stderr.write(f"sbxc: note: {problem}; runs use a throwaway cache until it is fixed\n")
         return 0
-    chosen = [x for x in (args.project, args.all or None, args.id) if x]
-    if len(chosen) > 1:
-        sys.stderr.write("sbxc cache clear: give one of --project, --all, --id\n")
-        return 2
     if args.id is not None:
         if not cachedir.is_project_id(args.id):
             sys.stderr.write(f"sbxc cache clear: {args.id!r} is not a project cache name\n")

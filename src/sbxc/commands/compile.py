@@ -1,4 +1,5 @@
-"""``sbxc compile [POLICY] [--check] [--backend B] [--strict] [--format json] [-o PLAN]``.
+"""``sbxc compile [POLICY] [--check [--verbose]] [--backend B] [--network[=BOOL]] [--strict]
+[--format text|json|sarif] [-o PLAN]`` (the grammar: ``_args.COMPILE``).
 
 Exit 0 clean (warnings allowed), 1 errors (including a rule the selected backend cannot
 enforce, and ``partial`` under ``--strict``), 2 usage, 3 sbxc itself broke (a backend
@@ -6,30 +7,40 @@ raised: its report says so, and no plan is written; see docs/decisions.md).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 from ..compiler.diagnostics import Diagnostic, diag, dumps_json, has_errors, render_json, render_text
-from ..compiler.report import NOT_ENFORCEABLE, PARTIAL, render_report_text, report_json
-from ..layout import BACKEND_CHOICES, INTERNAL_ERROR
+from ..compiler.report import NOT_ENFORCEABLE, PARTIAL, render_report_text, render_sarif, report_json
+from ..layout import INTERNAL_ERROR, VERSION
 from ..runtime.errors import one_line
+from . import _args, _help
 from .build import lower_all
 
 
-from ._args import Parser as _Parser, parse
+def overrides_of(args) -> dict:
+    """The policy keys the command line sets (flags beat files, SPEC §4): the same for
+    compile, print-config and explain (exec hands its flags to the plan cache instead)."""
+    out = {}
+    if args.backend:
+        out["backend"] = args.backend
+    if args.network is not None:
+        out["network"] = args.network == "on"
+    return out
 
 
-def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="sbxc compile", description="Check a policy and compile it to a plan.")
-    p.add_argument("policy", nargs="?", help="policy file (default: sandbox.policy.yaml here or in a parent)")
-    p.add_argument("--check", action="store_true", help="print diagnostics and the enforcement report")
-    p.add_argument("--backend", choices=BACKEND_CHOICES)
-    p.add_argument("--network", nargs="?", const="true", choices=("true", "false"))
-    p.add_argument("--strict", action="store_true", help="treat partial enforcement as an error")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("-o", "--output", metavar="PLAN", help="write the plan file here (- for stdout); with --backend oci a bundle folder")
-    return p
+def policy_arg(args, stderr, name: str):
+    """compile's POLICY and --policy are one setting: both given and different is a usage error."""
+    pos = args.get("policy_pos")
+    if pos is not None and args.policy is not None and pos != args.policy:
+        stderr.write(f"sbxc {name}: POLICY {pos!r} and --policy {args.policy!r} were both given; give one "
+                     f"(see: sbxc help {name})\n")
+        return None, 2
+    return (args.policy if args.policy is not None else pos), None
+
+
+JSON_FORMAT = "sbxc-check/1"
+"""The ``format`` field of ``compile --check --format json`` (docs/output-formats.md)."""
 
 
 def main(argv) -> int:
@@ -44,19 +55,25 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
 
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    args, code = parse(parser(), argv, stderr)
+    args, code = _help.run_parse(_args.COMPILE, argv, stdout, stderr)
     if args is None:
         return code
+    args["policy_pos"] = args.pop("policy_arg")
+    policy, code = policy_arg(args, stderr, "compile")
+    if code is not None:
+        return code
+    fmt = args.format or "text"
+    if fmt == "sarif" and not args.check:
+        stderr.write("sbxc compile: --format sarif needs --check (a plan file is JSON already) (see: sbxc help compile)\n")
+        return 2
+    if args.verbose and not args.check:
+        stderr.write("sbxc compile: --verbose needs --check (see: sbxc help compile)\n")
+        return 2
     if not args.check and not args.output:
-        args.output = "-"  # `sbxc compile` alone prints the plan, as `-o -` does
+        args["output"] = "-"  # `sbxc compile` alone prints the plan, as `-o -` does
     if host is None:
         host = probe(environ)
-    overrides = {}
-    if args.backend:
-        overrides["backend"] = args.backend
-    if args.network is not None:
-        overrides["network"] = args.network == "true"
-    result = compile_policy(args.policy, cwd=cwd, environ=environ, host=host, overrides=overrides, paths=paths)
+    result = compile_policy(policy, cwd=cwd, environ=environ, host=host, overrides=overrides_of(args), paths=paths)
     diags: list[Diagnostic] = list(result.diagnostics)
     reports = []
     selected = result.backend
@@ -106,7 +123,7 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
             return 1
 
     accepted, closed = [], []
-    if args.check and not failed:
+    if args.check and not failed and not args.no_accept:
         # The caller has just looked at what these files enforce: a policy file that a
         # sandboxed command wrote (or a nearer one it removed) is trusted again.
         # A file the run journal holds as possibly written by a sandboxed run is recorded
@@ -115,10 +132,10 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
         from ..runtime import journal_check as journal
         from ..runtime.planstore import accept_policies
 
-        accepted = accept_policies(result.sources, cwd if args.policy is None else "", result.policy)
+        accepted = accept_policies(result.sources, cwd if policy is None else "", result.policy)
         in_journal, closed = journal.accept(result.sources)
         accepted += [p for p in in_journal if p not in accepted]
-    out_info = stderr if args.format == "json" or args.output == "-" else stdout
+    out_info = stderr if fmt != "text" or args.output == "-" else stdout
     if accepted:
         out_info.write(
             f"sbxc: accepted {', '.join(accepted)} (written or removed by a sandboxed command during an earlier run, "
@@ -133,7 +150,10 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
         stderr.write(f"sbxc: internal error: the {r.backend} backend failed "
                      f"({one_line(r.unavailable.removeprefix('internal error: '), 300)}); please report this\n")
 
-    if args.format == "json":
+    if fmt == "sarif":
+        stdout.write(dumps_json(render_sarif(diags, VERSION, cwd)))
+        return code
+    if fmt == "json":
         out = {
             "policy": result.policy,
             "policy_reason": result.policy_reason,
@@ -145,6 +165,7 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
                          "span": f"{s.span.file}:{s.span.line}:{s.span.col}"}
                         for s in (result.plan.skipped if result.plan else ())],
             "exit": code,
+            "format": JSON_FORMAT,
         }
         if args.output != "-":
             stdout.write(dumps_json(out))
@@ -160,7 +181,7 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
         stdout.write(f"policy: {_display(result.policy, cwd)} ({result.policy_reason})\n")
         stdout.write(f"backend: {selected} ({result.backend_reason})\n")
         if reports:
-            stdout.write(render_report_text(reports, selected, cwd))
+            stdout.write(render_report_text(reports, selected, cwd, verbose=bool(args.verbose)))
         n_err = sum(1 for d in diags if d.severity == "error")
         n_warn = sum(1 for d in diags if d.severity == "warning")
         stdout.write(f"{n_err} error{'s' if n_err != 1 else ''}, {n_warn} warning{'s' if n_warn != 1 else ''}\n")

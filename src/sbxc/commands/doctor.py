@@ -1,6 +1,6 @@
 """``sbxc doctor``: what this host can enforce, and the dependency caches it holds.
 
-    sbxc doctor [--root ROOT]
+    sbxc doctor [--root ROOT] [--format text|json]
 
 Exit 0; 1 when no Linux backend works here (neither bwrap with user namespaces nor
 Landlock). Every capability line says why. Cache sizes are disk usage as ``du -sk``
@@ -16,7 +16,10 @@ import time
 from .. import cache as cachemod
 from ..runtime import cachedir, probe, trees
 from ..runtime.errors import one_line
-from ._args import Parser, absolute_path, parse
+from . import _args, _help
+
+JSON_FORMAT = "sbxc-doctor/1"
+"""The ``format`` field of ``doctor --format json`` (docs/output-formats.md)."""
 
 
 def _read(path: str) -> str:
@@ -216,12 +219,12 @@ def leftover_lines(uid: int) -> list[str]:
 
 
 def main(argv) -> int:
-    p = Parser(prog="sbxc doctor")
-    p.add_argument("--root", metavar="ROOT", type=absolute_path,
-                   help="the cache root to list (default: the current project's, else /var/tmp/sbxc-{uid})")
-    args, code = parse(p, argv, sys.stderr)
+    args, code = _help.run_parse(_args.DOCTOR, argv, sys.stdout, sys.stderr)
     if args is None:
         return code
+    if args.root is not None and not args.root.startswith("/"):
+        sys.stderr.write(f"sbxc doctor: --root must be an absolute path, not {args.root!r} (see: sbxc help doctor)\n")
+        return 2
     from ..compiler.backend_choice import choose_backend
 
     from dataclasses import replace
@@ -238,6 +241,7 @@ def main(argv) -> int:
         ns_errno = namespace_errno()
     bwrap_note = probe.host_program("bwrap", os.environ)[1] if host.platform == "linux" else ""
     lines, works = host_lines(host, userns_why, ns_errno, bwrap_note)
+    capabilities = lines[1:]
     backend, why = choose_backend("auto", host)
     lines.append(f"backend auto: {backend} ({why})" if works or host.platform == "darwin"
                  else f"backend auto: none works here ({why})")
@@ -251,10 +255,54 @@ def main(argv) -> int:
         found = policy_cache(find_project(os.getcwd()))
         if found and found[2] and os.path.normpath(found[0]) not in roots:
             roots.append(os.path.normpath(found[0]))
-    for root in roots:
-        lines += cache_lines(root, uid)
-    lines += leftover_lines(uid)
+    caches = [cache_lines(root, uid) for root in roots]
+    leftovers = leftover_lines(uid)
+    code = 0 if works or host.platform == "darwin" else 1
+    if args.format == "json":
+        from ..compiler.diagnostics import dumps_json
+
+        sys.stdout.write(dumps_json(doctor_json(host, userns_why, capabilities, works, backend, why, roots, caches,
+                                                leftovers, code)))
+        return code
+    for c in caches:
+        lines += c
+    lines += leftovers
     sys.stdout.write("\n".join(lines) + "\n")
-    if host.platform == "darwin":
-        return 0
-    return 0 if works else 1
+    return code
+
+
+def _entry(line: str) -> dict:
+    """``  name: detail`` as ``{"name", "detail"}`` (the text line's own words)."""
+    name, _, detail = line.strip().partition(": ")
+    return {"name": name, "detail": detail}
+
+
+def _caches_json(root: str, lines: list) -> dict:
+    """One root's text lines (``cache_lines``) as data: each project folder with its
+    ``project``, ``size``, ``last used`` and ``clear`` fields; a line about the root itself
+    (none yet, unsafe) as ``note``."""
+    out = {"root": root, "projects": [], "note": ""}
+    for line in lines[1:]:
+        if line.startswith("    "):
+            key, _, value = line.strip().partition(":")
+            out["projects"][-1][key.replace(" ", "_")] = value.strip()
+        elif line.startswith("  ") and cachedir.is_project_id(line.strip()):
+            out["projects"].append({"id": line.strip()})
+        else:
+            out["note"] = (out["note"] + "; " if out["note"] else "") + line.strip()
+    return out
+
+
+def doctor_json(host, userns_why, capabilities, works, backend, why, roots, caches, leftovers, code) -> dict:
+    facts = {k: v for k, v in host.to_dict().items() if k != "listings"}
+    facts["userns_why"] = userns_why
+    return {
+        "format": JSON_FORMAT,
+        "host": facts,
+        "capabilities": [_entry(l) for l in capabilities],
+        "linux_backend_works": bool(works),
+        "backend_auto": {"backend": backend if works or host.platform == "darwin" else None, "why": why},
+        "caches": [_caches_json(root, c) for root, c in zip(roots, caches)],
+        "leftover_throwaways": [l.strip() for l in leftovers[1:-1]],
+        "exit": code,
+    }

@@ -6,82 +6,45 @@ compile function handed in here, which imports the compiler only then
 (``sbxc.commands.build.compile_for_exec``).
 
 Hot path: a cached plan loads this module, the runtime and nothing of the compiler. No
-``argparse`` (milliseconds of imports on every run): the grammar is small and parsed by
-hand, with the same meaning as on the other commands.
+``argparse`` (milliseconds of imports on every run): the command line is read by
+``_args``, the one grammar every command shares, which imports nothing heavy.
 """
 from __future__ import annotations
 
 import os
 import sys
 
-from ..layout import BACKEND_CHOICES
-from ..runtime.errors import REFUSED, Refusal, one_line
+from ..runtime.errors import REFUSED, Refusal
+from . import _args
 
-USAGE = "usage: sbxc exec [--policy P | --plan F] [--backend B] [--network[=true|false]] -- CMD..."
-
-
-class HelpAsked(Exception):
-    """``exec --help`` (before ``--``): print the usage and exit 0."""
+HelpAsked = _args.HelpAsked
 
 
 class Args:
     __slots__ = ("policy", "plan", "backend", "network", "session", "cmd")
 
-    def __init__(self):
-        self.policy = None
-        self.plan = None
-        self.backend = None
-        self.network = None  # None: the plan decides; "on" / "off": the flag wins
-        self.session = None
-        self.cmd = []
-
-
-def _bool_flag(value: str, name: str) -> str:
-    v = value.lower()
-    if v in ("true", "1", "yes", "on"):
-        return "on"
-    if v in ("false", "0", "no", "off"):
-        return "off"
-    raise Refusal(f"{name}={value!r} is not true or false", f"use {name}=true or {name}=false")
+    def __init__(self, parsed: dict):
+        self.policy = parsed["policy"]
+        self.plan = parsed["plan"]
+        self.backend = parsed["backend"]
+        self.network = parsed["network"]  # None: the plan decides; "on" / "off": the flag wins
+        self.session = parsed["session"]
+        self.cmd = parsed["cmd"]
 
 
 def parse_args(argv: list) -> Args:
-    a = Args()
-    i = 0
-    n = len(argv)
-    while i < n:
-        arg = argv[i]
-        if arg == "--":
-            a.cmd = argv[i + 1:]
-            break
-        if not arg.startswith("-") or arg == "-":
-            a.cmd = argv[i:]  # the command starts at the first word that is not an option
-            break
-        name, eq, value = arg.partition("=")
-        if name in ("--policy", "--plan", "--backend", "--session"):
-            if not eq:
-                if i + 1 >= n:
-                    raise Refusal(f"{name} needs a value", USAGE)
-                i += 1
-                value = argv[i]
-            setattr(a, name[2:], value)
-        elif name == "--network":
-            a.network = _bool_flag(value, "--network") if eq else "on"
-        elif name == "--no-network":
-            a.network = "off"
-        elif name in ("-h", "--help"):
-            raise HelpAsked()
-        else:
-            raise Refusal(f"unknown option {one_line(arg, 60)!r} for exec", USAGE)
-        i += 1
-    if a.policy is not None and a.plan is not None:
-        raise Refusal("--policy and --plan were both given", "give one of them")
-    if a.backend is not None and a.backend not in BACKEND_CHOICES:
-        raise Refusal(f"unknown backend {one_line(a.backend, 60)!r}", "use one of: " + ", ".join(BACKEND_CHOICES))
+    """exec's command line by the one grammar (``_args.EXEC``). A usage error is a Refusal:
+    exit 125, since 2 could be the command's own status (docs/decisions.md)."""
+    try:
+        a = Args(_args.parse(_args.EXEC, argv))
+    except _args.Usage as e:
+        raise Refusal(f"exec: {e}", "see sbxc help exec") from None
     if a.session is not None:
         raise Refusal("--session is not available in this version", "run without --session")
     if not a.cmd:
-        raise Refusal("no command given", USAGE)
+        took = [f"{w} {v}" for w, v in zip(argv, argv[1:]) if w == "--network" and v.lower() in _args.NETWORK.choices]
+        raise Refusal("exec: no command given" + (f" ({took[0]!r}: that word is the value of --network)" if took else ""),
+                      "put the command after --: sbxc exec [OPTIONS] -- CMD...")
     return a
 
 
@@ -133,7 +96,9 @@ def exec_main(argv, compile=compile_on_miss) -> int:
         try:
             a = parse_args(list(argv))
         except HelpAsked:
-            sys.stdout.write(USAGE + "\n")
+            from ._help import command_help
+
+            sys.stdout.write(command_help(_args.EXEC))
             return 0
         try:
             cwd = os.getcwd()

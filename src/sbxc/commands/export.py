@@ -19,31 +19,17 @@ Kubernetes cannot enforce in any narrower form, a file that cannot be written).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 from ..compiler.plan import BUILTIN_SPAN, KIND_DIR, KIND_MISSING, MASK, NET_OFF, NET_ON, READ, TMPFS, WRITE, is_within
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
-from ._args import Parser as _Parser, parse
+from . import _args, _help
 
 TARGET = "kubernetes"
 _LABEL = "sbxc.dev/workload"
 
 
-def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="sbxc export", usage="sbxc export kubernetes [options] [-- CMD...]",
-                description="Write a Pod or Job, its seccomp profile and a NetworkPolicy carrying the policy.",
-                epilog="exit: 0 written (the report on stderr), 1 errors, 2 usage")
-    p.add_argument("target", choices=(TARGET,))
-    p.add_argument("--policy", metavar="P")
-    p.add_argument("--network", nargs="?", const="true", choices=("true", "false"))
-    p.add_argument("--kind", choices=("pod", "job"), default="pod")
-    p.add_argument("--image", default="IMAGE", help="the container image (default: the placeholder IMAGE)")
-    p.add_argument("--name", help="the workload's name (default: sbxc-<project folder>)")
-    p.add_argument("--format", choices=("yaml", "json"), default="yaml")
-    p.add_argument("-o", "--output", metavar="DIR", help="write workload and seccomp profile into DIR")
-    return p
 
 
 def main(argv) -> int:
@@ -277,14 +263,14 @@ def run(argv, *, cwd, environ, host, probe=None, stdout=None, stderr=None, paths
         argv, command = argv[:at], argv[at + 1:]
     else:
         command = []
-    args, code = parse(parser(), argv, stderr)
+    args, code = _help.run_parse(_args.EXPORT, argv, stdout, stderr)
     if args is None:
         return code
     if host is None:
         host = probe(environ)
     overrides = {"backend": "oci"}
     if args.network is not None:
-        overrides["network"] = args.network == "true"
+        overrides["network"] = args.network == "on"
     res = compile_policy(args.policy, cwd=cwd, environ=environ, host=host, overrides=overrides, paths=paths)
     diags = list(res.diagnostics)
     if res.plan is None:
@@ -292,7 +278,7 @@ def run(argv, *, cwd, environ, host, probe=None, stdout=None, stderr=None, paths
         return 1
     name = _dns_name(args.name or "sbxc-" + os.path.basename(res.plan.project))
     profile_path = f"profiles/{name}.json"
-    docs, verdicts, profile = workload(res.plan, host, name=name, kind=args.kind, image=args.image,
+    docs, verdicts, profile = workload(res.plan, host, name=name, kind=args.kind or "pod", image=args.image or "IMAGE",
                                        command=command, profile_path=profile_path)
     for v in verdicts:
         if v.status == NOT_ENFORCEABLE:
@@ -303,7 +289,8 @@ def run(argv, *, cwd, environ, host, probe=None, stdout=None, stderr=None, paths
     stderr.write(render_report_text([BackendReport(TARGET, tuple(verdicts))], TARGET, cwd))
     if any(d.severity == ERROR for d in diags):
         return 1
-    out = render(docs, args.format)
+    fmt = args.format or "yaml"
+    out = render(docs, fmt)
     if not args.output:
         stdout.write(out)
         stderr.write(f"sbxc export: the seccomp profile was not written (use -o DIR); the Pod expects it at "
@@ -314,7 +301,7 @@ def run(argv, *, cwd, environ, host, probe=None, stdout=None, stderr=None, paths
     base = os.path.join(cwd, args.output)
     try:
         os.makedirs(os.path.join(base, "profiles"), exist_ok=True)
-        _write_atomic(os.path.join(base, f"workload.{args.format}"), out.encode())
+        _write_atomic(os.path.join(base, f"workload.{fmt}"), out.encode())
         _write_atomic(os.path.join(base, profile_path), (dumps(profile) + "\n").encode())
     except OSError as e:
         stderr.write(f"sbxc export: cannot write into {args.output}: {e.strerror or e}\n")

@@ -10,14 +10,13 @@ Exit 0 written (or printed), 1 a policy is already there or it could not be writ
 """
 from __future__ import annotations
 
-import argparse
 import errno
 import glob
 import os
 import sys
 from dataclasses import dataclass
 
-from ._args import Parser as _Parser, parse
+from . import _args, _help
 
 POLICY_NAME = "sandbox.policy.yaml"
 MAX_GIT_DIRS = 64
@@ -61,15 +60,6 @@ TOOLCHAINS = (
 )
 
 
-def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="sbxc init", description="Write a commented starter sandbox.policy.yaml for the project in "
-                                              "the current folder. Never overwrites an existing file.",
-                epilog="exit status: 0 written, 1 a policy already exists here (or it could not be written), "
-                       "2 usage error")
-    p.add_argument("--network", action="store_true",
-                   help="leave the network on in the policy (default: off)")
-    p.add_argument("--stdout", action="store_true", help="print the policy instead of writing the file")
-    return p
 
 
 # ---------------------------------------------------------------- what the folder holds
@@ -296,7 +286,7 @@ def main(argv) -> int:
 
 
 def run(argv, *, cwd: str, stdout, stderr) -> int:
-    args, code = parse(parser(), argv, stderr)
+    args, code = _help.run_parse(_args.INIT, argv, stdout, stderr)
     if args is None:
         return code
     target = os.path.join(cwd, POLICY_NAME)

@@ -1,31 +1,22 @@
-"""``sbxc print-config [--policy P] [--backend B] [--network[=true|false]] [--format json]``.
+"""``sbxc print-config [--policy P] [--backend B] [--network[=BOOL]] [--format text|json]``
+(the grammar: ``_args.PRINT_CONFIG``).
 
 Every resolved setting, where it came from (default, FILE:LINE:COL, command line), what
 it replaced, and for the network the effect it can really have on this host.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
-from ..compiler.diagnostics import display_path, dumps_json, render_text
-from ..layout import BACKEND_CHOICES
-
+from ..compiler.diagnostics import display_path, dumps_json, render_json, render_text
+from . import _args, _help
+from .compile import overrides_of
 
 _EXPLAINED = ("policy", "backend (resolved)")
 
-
-from ._args import Parser as _Parser, parse
-
-
-def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="sbxc print-config", description="Show every resolved setting and where it came from.")
-    p.add_argument("--policy", metavar="P")
-    p.add_argument("--backend", choices=BACKEND_CHOICES)
-    p.add_argument("--network", nargs="?", const="true", choices=("true", "false"))
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    return p
+JSON_FORMAT = "sbxc-config/1"
+"""The ``format`` field of ``print-config --format json`` (docs/output-formats.md)."""
 
 
 def main(argv) -> int:
@@ -68,23 +59,23 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
 
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    args, code = parse(parser(), argv, stderr)
+    args, code = _help.run_parse(_args.PRINT_CONFIG, argv, stdout, stderr)
     if args is None:
         return code
     if host is None:
         host = probe(environ)
-    overrides = {}
-    if args.backend:
-        overrides["backend"] = args.backend
-    if args.network is not None:
-        overrides["network"] = args.network == "true"
-    result = compile_policy(args.policy, cwd=cwd, environ=environ, host=host, overrides=overrides, paths=paths)
+    result = compile_policy(args.policy, cwd=cwd, environ=environ, host=host, overrides=overrides_of(args), paths=paths)
     rows = rows_for(result, host, cwd)
+    errors = sum(d.severity == "error" for d in result.diagnostics)
+    # A policy with errors is not a configuration: a run would refuse it, so a script that
+    # reads the settings must not take them for what runs (exit 1, as compile does).
+    code = 1 if errors or result.plan is None else 0
+    if args.format == "json":
+        stdout.write(dumps_json({"format": JSON_FORMAT, "settings": rows, "errors": errors,
+                                 "diagnostics": render_json(result.diagnostics), "exit": code}))
+        return code
     if result.diagnostics:
         stderr.write(render_text(result.diagnostics, result.lines, cwd))
-    if args.format == "json":
-        stdout.write(dumps_json({"settings": rows, "errors": sum(d.severity == "error" for d in result.diagnostics)}))
-        return 0
     width = max(len(r["key"]) for r in rows)
     vwidth = min(40, max(len(r["value"]) for r in rows))
     for r in rows:
@@ -98,4 +89,4 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
         stdout.write(line.rstrip() + "\n")
     if result.plan is None:
         stdout.write("(the policy has errors: a run would refuse)\n")
-    return 0
+    return code

@@ -4,14 +4,13 @@ from __future__ import annotations
 import json
 import sys
 
+from . import _args, _help
+
 
 def main(argv) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        sys.stdout.write("usage: sbxc schema\nPrints the JSON Schema of sandbox.policy.yaml.\n")
-        return 0
-    if argv:
-        sys.stderr.write(f"sbxc schema: unexpected argument {argv[0]!r}\n")
-        return 2
+    args, code = _help.run_parse(_args.SCHEMA, argv, sys.stdout, sys.stderr)
+    if args is None:
+        return code
     from ..compiler.settings import json_schema
 
     sys.stdout.write(json.dumps(json_schema(), indent=2, sort_keys=True) + "\n")

@@ -18,24 +18,33 @@ def _where(span: Span, cwd) -> str:
     return f"{display_path(span.file, cwd)}:{span.line}:{span.col}"
 
 
-def render_report_text(reports, selected: str, cwd=None, skipped=()) -> str:
+def _summary(r) -> str:
+    counts = {s: 0 for s in STATUSES}
+    for v in r.verdicts:
+        counts[v.status] += 1
+    return ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no rules"
+
+
+def render_report_text(reports, selected: str, cwd=None, skipped=(), verbose: bool = True) -> str:
+    """The enforcement report. ``verbose``: every verdict of every backend. Otherwise one
+    summary line per backend and, for the selected backend only, the verdicts that are
+    not plainly ``enforced``: what a person has to read before running a command."""
     lines = ["enforcement report:"]
     for r in reports:
         mark = " (selected)" if r.backend == selected else ""
         if r.unavailable:
             lines.append(f"  {r.backend}{mark}: unavailable: {r.unavailable}")
             continue
-        counts = {s: 0 for s in STATUSES}
+        lines.append(f"  {r.backend}{mark}: {_summary(r)}")
         for v in r.verdicts:
-            counts[v.status] += 1
-        summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-        lines.append(f"  {r.backend}{mark}: {summary or 'no rules'}")
-        for v in r.verdicts:
-            lines.append(f"    {_where(v.span, cwd)}: {v.line()}")
+            if verbose or (r.backend == selected and v.status != ENFORCED):
+                lines.append(f"    {_where(v.span, cwd)}: {v.line()}")
     if skipped:
         lines.append("optional rules skipped on this host:")
         for s in skipped:
             lines.append(f"    {_where(s.span, cwd)}: {s.access}? {s.path}: skipped: {s.reason}")
+    if not verbose:
+        lines.append("(every rule on every backend: --verbose)")
     return "\n".join(lines) + "\n"
 
 
@@ -85,3 +94,72 @@ def network_effect(mode: str, backend: str, host) -> str:
             return "(no effect: needs Landlock ABI 4 or seccomp to refuse sockets)"
         return ""
     return ""
+
+
+# ------------------------------------------------------------------ SARIF 2.1.0
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+SARIF_VERSION = "2.1.0"
+SARIF_TOOL = "sbxc"
+_SARIF_LEVEL = {"error": "error", "warning": "warning", "note": "note"}
+
+
+def _sarif_location(span, cwd) -> dict:
+    from .diagnostics import display_path
+
+    loc = {"artifactLocation": {"uri": _uri(display_path(span.file, cwd))}}
+    if span.line:
+        region = {"startLine": span.line, "startColumn": max(1, span.col)}
+        if span.end_line >= span.line and span.end_line:
+            region["endLine"] = span.end_line
+            if span.end_col > 0 and (span.end_line > span.line or span.end_col > span.col):
+                region["endColumn"] = span.end_col
+        loc["region"] = region
+    return {"physicalLocation": loc}
+
+
+def _uri(path: str) -> str:
+    """A relative path stays relative (code-scanning tools resolve it against the checkout);
+    an absolute one becomes a file: URI. Characters a URI cannot hold are percent-encoded."""
+    from urllib.parse import quote
+
+    if path.startswith("/"):
+        return "file://" + quote(path)
+    return quote(path)
+
+
+def render_sarif(diags, version: str, cwd=None) -> dict:
+    """The diagnostics as one SARIF 2.1.0 run: a rule per SBX code that occurs (with its
+    message template from the registry), a result per diagnostic, its span as the region.
+    A diagnostic without a place in a file (``builtin:`` sources included) gets no
+    location; related places become ``relatedLocations``."""
+    from .diagnostics import CODES
+
+    used = sorted({d.code for d in diags})
+    index = {code: i for i, code in enumerate(used)}
+    rules = [{"id": code, "name": code,
+              "shortDescription": {"text": CODES[code][1]},
+              "defaultConfiguration": {"level": _SARIF_LEVEL.get(CODES[code][0], "warning")}} for code in used]
+    results = []
+    for d in diags:
+        res = {"ruleId": d.code, "ruleIndex": index[d.code], "level": _SARIF_LEVEL.get(d.severity, "warning"),
+               "message": {"text": d.message + (f" (hint: {d.hint})" if d.hint else "")}}
+        if d.span is not None and _in_file(d.span):
+            res["locations"] = [_sarif_location(d.span, cwd)]
+        related = [r for r in d.related if _in_file(r.span)]
+        if related:
+            res["relatedLocations"] = [dict(_sarif_location(r.span, cwd), id=i, message={"text": r.message})
+                                       for i, r in enumerate(related)]
+        results.append(res)
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": SARIF_VERSION,
+        "runs": [{
+            "tool": {"driver": {"name": SARIF_TOOL, "version": version, "rules": rules}},
+            "results": results,
+        }],
+    }
+
+
+def _in_file(span) -> bool:
+    return bool(span.file) and span.file.startswith("/")
