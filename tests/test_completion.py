@@ -47,11 +47,11 @@ def ask_bash(path: str, words: list, cwd=None) -> list:
 
 
 @pytest.mark.parametrize("words,want", [
-    (["sbxc", ""], ["compile", "exec", "print-config", "explain", "doctor", "cache", "schema", "completion", "help",
-                    "--help", "--version"]),
+    (["sbxc", ""], ["compile", "exec", "print-config", "explain", "init", "doctor", "cache", "schema", "export",
+                    "completion", "help", "--help", "--version"]),
     (["sbxc", "co"], ["compile", "completion"]),
     (["sbxc", "compile", "--b"], ["--backend="]),
-    (["sbxc", "compile", "--backend", ""], ["auto", "bwrap", "landlock", "sandbox-exec"]),
+    (["sbxc", "compile", "--backend", ""], ["auto", "bwrap", "landlock", "sandbox-exec", "oci"]),
     (["sbxc", "exec", "--backend", "=", "l"], ["landlock"]),
     (["sbxc", "exec", "--network", "=", "f"], ["false"]),
     (["sbxc", "print-config", "--format", ""], ["text", "json"]),
@@ -59,7 +59,7 @@ def ask_bash(path: str, words: list, cwd=None) -> list:
     (["sbxc", "cache", ""], ["path", "clear"]),
     (["sbxc", "cache", "clear", "--"], ["--project=", "--all", "--id=", "--root=", "--help"]),
     (["sbxc", "completion", ""], ["bash", "zsh"]),
-    (["sbxc", "help", "ex"], ["exec", "explain"]),
+    (["sbxc", "help", "ex"], ["exec", "explain", "export"]),
 ])
 def test_bash_completes_from_the_table(bash_script, words, want):
     assert ask_bash(bash_script, words) == want
