@@ -17,6 +17,7 @@ import os
 import sys
 
 from .errors import Refusal, one_line
+from .safeopen import real_paths
 
 FIX = ("install sbxc outside anything the policy makes writable (e.g. with scripts/setup into a "
        "folder of your own), or make its folder read-only in the policy")
@@ -24,17 +25,17 @@ FIX = ("install sbxc outside anything the policy makes writable (e.g. with scrip
 
 def own_paths() -> list:
     """Real paths of what sbxc's process loads code from: its package folder, the
-    interpreter and its prefix, and each existing ``sys.path`` entry."""
-    # sbxc's package folder: this file is sbxc/runtime/owncode.py.
-    paths = [os.path.dirname(os.path.dirname(os.path.realpath(__file__))), os.path.realpath(sys.executable),
-             os.path.realpath(sys.prefix)]
+    interpreter and its prefix, and each existing ``sys.path`` entry. Resolved together
+    (``safeopen.real_paths``): they share most of their folders (``/usr``, the venv), and
+    resolving each on its own would lstat those again for every path."""
     entries = list(sys.path)
     # The entry Python adds for ``-m`` / a script when not isolated (see the docstring).
     if entries and not sys.flags.safe_path and not sys.flags.isolated:
         entries = entries[1:]
-    for entry in entries:
-        if entry and os.path.exists(entry):
-            paths.append(os.path.realpath(entry))
+    # sbxc's package folder: this file is sbxc/runtime/owncode.py.
+    names = [__file__, sys.executable, sys.prefix] + [e for e in entries if e and os.path.exists(e)]
+    paths = real_paths(names)
+    paths[0] = os.path.dirname(os.path.dirname(paths[0]))
     return paths
 
 
