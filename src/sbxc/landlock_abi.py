@@ -13,8 +13,6 @@ LANDLOCK_CREATE_RULESET_VERSION)`` returns it):
   ABI 6 (6.12)        scopes: abstract Unix sockets and signals leaving the domain
   ABI 7 (6.15)        audit logging flags for landlock_restrict_self (no new rights)
 """
-from __future__ import annotations
-
 # System call numbers: Landlock came after the syscall table unification, so the
 # numbers are the same on every architecture.
 SYS_LANDLOCK_CREATE_RULESET = 444

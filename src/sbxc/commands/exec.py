@@ -9,8 +9,6 @@ Hot path: a cached plan loads this module, the runtime and nothing of the compil
 ``argparse`` (milliseconds of imports on every run): the grammar is small and parsed by
 hand, with the same meaning as on the other commands.
 """
-from __future__ import annotations
-
 import os
 import sys
 

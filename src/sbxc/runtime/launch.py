@@ -13,8 +13,6 @@ plan cache). No ``re``, ``json`` (except for ``--plan`` on a marshal-cache miss)
 ``argparse``, ``subprocess``, ``dataclasses``, ``fnmatch``: each costs milliseconds on
 every run (see bench/README.md).
 """
-from __future__ import annotations
-
 import os
 import sys
 

@@ -11,8 +11,6 @@ writes puts that folder first on ``sys.path``, so a planted ``sbxc/`` there runs
 of this code (SECURITY.md). That entry is left out here for the same reason: whatever
 planted code it could hold has already run, and it is the folder commands work in.
 """
-from __future__ import annotations
-
 import os
 import sys
 

@@ -11,8 +11,6 @@ Hot path: ``os``, ``marshal`` and a sha256 from the interpreter's builtin module
 compiler (PyYAML, Lark, libseccomp) is never imported here: on a miss the plan cache
 calls the compile function the ``exec`` command handed in.
 """
-from __future__ import annotations
-
 import os
 
 from .. import discovery

@@ -4,8 +4,6 @@ else and no sandboxed command could have written, and parsed once per content.
 Hot path for ``--plan``: ``os``, and the plans folder's marshal copy of the file; ``json``
 only the first time a given file content is seen.
 """
-from __future__ import annotations
-
 import os
 
 from ..layout import default_cache_root

@@ -18,8 +18,6 @@ command left it ("" for removed); never trimmed.
 Hot path: ``os``, ``marshal`` and a sha256 from the interpreter's builtin module; one
 failed open per watched file that does not exist.
 """
-from __future__ import annotations
-
 import marshal
 import os
 

@@ -10,8 +10,6 @@ here (``HostNow``, as ``ctx.host``) instead of probing again.
 Hot path: ``os`` only; the trusted bwrap lookup and the Landlock ABI are read once per
 run and only for the backend that needs them.
 """
-from __future__ import annotations
-
 import os
 
 from .errors import Refusal

@@ -8,8 +8,6 @@ Statuses are as a shell reports them: the command's own, 128+N when it died of s
 
 Hot path: ``os``, ``_signal`` and ``select``; ``time`` only when processes are left to end.
 """
-from __future__ import annotations
-
 import os
 import sys
 
