@@ -175,6 +175,11 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             # The hint is for a network that is off: `network: false`, or per-port rules
             # on bwrap (narrowed to no network). Under Landlock the listed ports stay open.
             net_off = ctx.network == "off" or (ctx.network == "rules" and backend == "bwrap")
+            import gc
+
+            # Off since start-up (``sbxc exec`` leaves it off there); the run may last hours
+            # with sbxc's own threads (the proxy) allocating all along.
+            gc.enable()
             status = run(spec, net_off, state)
             state.status = status
             import time
