@@ -137,7 +137,10 @@ def plan_for_policy(policy, backend, network, now, cwd: str, compile) -> dict:
             # needs no second look at the journal.
             check_taints(dir_fd, entry.get("sources", ()))
             journal_check.check_sources(dir_fd, entry.get("sources", ()))
-            write_entry(dir_fd, name, entry)
+            if write_entry(dir_fd, name, entry):
+                from .planprune import prune
+
+                prune(dir_fd)  # on a miss only: a hit never lists the folder
             ensure_reserve(dir_fd)  # on a miss only: a hit stays one open and one read
         return entry["plan"]
     finally:
