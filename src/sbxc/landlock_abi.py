@@ -98,3 +98,14 @@ def net_names(mask: int) -> list[str]:
 
 def scope_names(mask: int) -> list[str]:
     return [n for bit, n in SCOPE_NAMES.items() if mask & bit]
+
+
+def listing_digest(entries) -> str:
+    """A fingerprint of one folder's entries as ``dir_listings`` gives them. A plan built on
+    a listing (Landlock grants a folder's entries one by one) is stale once it changes."""
+    try:  # the builtin module: hashlib's OpenSSL bindings cost milliseconds of imports
+        from _sha256 import sha256
+    except ImportError:
+        from hashlib import sha256
+    text = "\0".join(f"{name}\1{kind}" for name, kind in sorted(entries))
+    return sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:32]

@@ -116,7 +116,7 @@ def why_stale(pf: dict, now: HostNow, *, entry=None, paths: bool = True):
             if os.path.lexists(path):
                 return Refusal(f"the optional path {path} appeared since the plan was compiled", "compile it again")
         if backend == "landlock":
-            from ..hostfacts import listing_digest
+            from ..landlock_abi import listing_digest  # not hostfacts: its dataclasses cost ~15 ms
             from .probe import dir_listings
 
             # Landlock grants the entries of folders above a stricter rule one by one, as
