@@ -1,6 +1,6 @@
 """Start-up cost of ``sbxc exec`` against raw bwrap running the same options.
 
-    .venv/bin/python bench/exec.py [--runs 200] [--cmd /bin/true] [--sbxc PATH]
+    .venv/bin/python bench/exec.py [--runs 200] [--cmd /bin/true] [--sbxc PATH] [--against SBXC]
 
 Measured through the command a user runs after scripts/setup: the venv's ``bin/sbxc``
 launcher, which the ``sbxc`` on PATH links to (``--sbxc`` names another one). Variants,
@@ -11,7 +11,9 @@ run alternately so that drift hits them all alike:
 - ``sbxc exec --policy``, the plan from the plan cache (a hit), through the launcher;
 - ``sbxc exec --plan``: a plan file (served from the plan cache's marshal copy);
 - the same cached run through pip's console script, for comparison;
-- ``firejail --quiet --noprofile`` where firejail is installed.
+- ``firejail --quiet --noprofile`` where firejail is installed;
+- with ``--against SBXC``: the cached run through another launcher (an older checkout's
+  ``bin/sbxc``), so that a change is measured in the same alternation as the baseline.
 
 Reports the median and p90 wall time, the difference and ratio to raw bwrap, the median
 CPU time of the process tree and its peak resident memory (``ru_maxrss`` from ``wait4``:
@@ -40,6 +42,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--cmd", default="/bin/true")
     ap.add_argument("--sbxc", default="", help="the launcher (default: this venv's bin/sbxc)")
+    ap.add_argument("--against", default="", metavar="SBXC",
+                    help="another sbxc launcher (e.g. an older checkout's) whose cached run joins the alternation")
     args = ap.parse_args()
     sbxc = startup.installed_command(args.sbxc)
     venv_bin = os.path.dirname(sbxc)
@@ -57,6 +61,10 @@ def main() -> int:
                                                        cwd=project, wrap=wrap)),
             ("pip console script, cached", lambda wrap=(): startup.spawn([legacy, "exec", "--", args.cmd], env, cwd=project, wrap=wrap)),
         ]
+        if args.against:
+            other = [startup.installed_command(args.against), "exec", "--", args.cmd]
+            variants.append(("--against: exec --policy (cached)",
+                             lambda wrap=(): startup.spawn(other, env, cwd=project, wrap=wrap)))
         firejail = shutil.which("firejail")
         if firejail:
             variants.append(("firejail --noprofile",
@@ -71,7 +79,8 @@ def main() -> int:
         startup.print_rss_check(res)
         print()
         python = os.path.join(venv_bin, "python3")
-        startup.print_syscalls([
+        rows = [("--against: exec --policy (cached)", other, env, project)] if args.against else []
+        startup.print_syscalls(rows + [
             ("sbxc exec --policy (cached), launcher", cached, env, project),
             ("sbxc exec --plan, launcher", [sbxc, "exec", "--plan", plan_path, "--", args.cmd], env, project),
             ("pip console script, cached", [legacy, "exec", "--", args.cmd], env, project),

@@ -1,7 +1,7 @@
 """Start-up cost of ``sbxc exec --backend landlock`` with a cached plan, beside the bwrap
 backend, raw bwrap with the same options as sbxc's bwrap run, and the bare command.
 
-    .venv/bin/python bench/landlock.py [--runs 200] [--sbxc PATH]
+    .venv/bin/python bench/landlock.py [--runs 200] [--sbxc PATH] [--against SBXC]
 
 Through the command a user runs after scripts/setup (the venv's ``bin/sbxc`` launcher).
 Each variant runs ``/bin/true``; one warm-up run each (the first compiles and caches the
@@ -26,6 +26,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--sbxc", default="", help="the launcher (default: this venv's bin/sbxc)")
+    ap.add_argument("--against", default="", metavar="SBXC",
+                    help="another sbxc launcher (e.g. an older checkout's) whose cached runs join the alternation")
     args = ap.parse_args()
     sbxc = startup.installed_command(args.sbxc)
     cmd = "/bin/true"
@@ -39,6 +41,11 @@ def main() -> int:
             ("bare /bin/true", lambda wrap=(): startup.spawn([cmd], env, cwd=project, wrap=wrap)),
             ("sbxc exec --backend landlock", lambda wrap=(): startup.spawn(landlock, env, cwd=project, wrap=wrap)),
         ]
+        if args.against:
+            other = startup.installed_command(args.against)
+            o_landlock = [other, "exec", "--backend", "landlock", "--", cmd]
+            variants.append(("--against: --backend landlock",
+                             lambda wrap=(): startup.spawn(o_landlock, env, cwd=project, wrap=wrap)))
         from sbxc.runtime.probe import host_program, userns_works
 
         bw = host_program("bwrap", os.environ)[0]
@@ -48,6 +55,10 @@ def main() -> int:
                 ("sbxc exec --backend bwrap", lambda wrap=(): startup.spawn(bwrap, env, cwd=project, wrap=wrap)),
                 ("raw bwrap (sbxc's options)", run_raw),
             ]
+            if args.against:
+                o_bwrap = [other, "exec", "--backend", "bwrap", "--", cmd]
+                variants.append(("--against: --backend bwrap",
+                                 lambda wrap=(): startup.spawn(o_bwrap, env, cwd=project, wrap=wrap)))
         else:
             print("bwrap cannot make namespaces here: Landlock alone")
         res = startup.alternate(variants, args.runs)
@@ -57,8 +68,10 @@ def main() -> int:
         startup.print_rss_check(res)
         print()
         rows = [("sbxc exec --backend landlock (cached), launcher", landlock, env, project)]
-        if len(variants) > 2:
+        if any(name == "sbxc exec --backend bwrap" for name, _fn in variants):
             rows.append(("sbxc exec --backend bwrap (cached), launcher", bwrap, env, project))
+        if args.against:
+            rows.append(("--against: --backend landlock", o_landlock, env, project))
         startup.print_syscalls(rows)
     finally:
         remove_project_cache(project)

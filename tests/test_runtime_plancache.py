@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 from sbxc import discovery
-from sbxc.runtime import plancache, planstore
+from sbxc.runtime import plancache, planprune, planstore
 
 
 def test_entries_round_trip_and_are_private(tmp_path):
@@ -31,18 +32,42 @@ def test_entries_round_trip_and_are_private(tmp_path):
 
 
 def test_folder_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(planstore, "MAX_ENTRIES", 10)
-    monkeypatch.setattr(planstore, "KEEP_ENTRIES", 6)
+    monkeypatch.setattr(planprune, "MAX_ENTRIES", 10)
+    monkeypatch.setattr(planprune, "KEEP_ENTRIES", 6)
     d = tmp_path / "plans"
     d.mkdir(mode=0o700)
     fd = os.open(str(d), os.O_PATH | os.O_DIRECTORY)
+    now = time.time_ns()
     try:
         for i in range(11):
             (d / f"p-{i:02d}").write_bytes(b"")
-            os.utime(d / f"p-{i:02d}", ns=(i * 10**9, i * 10**9))
+            os.utime(d / f"p-{i:02d}", ns=(now - (20 - i) * 10**9,) * 2)
+        for name in ("t-x", "r-1-x", "a-x", "j-log", "reserve"):
+            (d / name).write_bytes(b"")
+            os.utime(d / name, ns=(0, 0))  # older than every limit: still never pruned
         planstore.write_entry(fd, "p-new", {"v": plancache.ENTRY_VERSION, "plan": {}})
-        names = sorted(os.listdir(d))
-        assert len(names) == 6 and "p-new" in names and "p-00" not in names
+        assert planprune.prune(fd) == 6
+        names = sorted(n for n in os.listdir(d) if n.startswith("p-"))
+        assert len(names) == 6 and "p-new" in names and "p-00" not in names and "p-10" in names
+        assert {"t-x", "r-1-x", "a-x", "j-log", "reserve"} <= set(os.listdir(d))
+    finally:
+        os.close(fd)
+
+
+def test_prune_by_age_and_size(tmp_path, monkeypatch):
+    monkeypatch.setattr(planprune, "MAX_BYTES", 1000)
+    monkeypatch.setattr(planprune, "KEEP_BYTES", 500)
+    d = tmp_path / "plans"
+    d.mkdir(mode=0o700)
+    fd = os.open(str(d), os.O_PATH | os.O_DIRECTORY)
+    now = time.time_ns()
+    try:
+        for i, (name, size, age) in enumerate([("p-old", 10, 15 * 86400), ("f-a", 400, 30), ("p-b", 400, 20),
+                                               ("p-c", 400, 10), (".tmp-dead", 1, 7200), (".tmp-live", 1, 5)]):
+            (d / name).write_bytes(b"x" * size)
+            os.utime(d / name, ns=(now - age * 10**9,) * 2)
+        planprune.prune(fd, now)
+        assert sorted(os.listdir(d)) == [".tmp-live", "p-c"]
     finally:
         os.close(fd)
 

@@ -12,8 +12,6 @@ Layout on the host::
     {root}/{project-id}.project  marker: the project's real path, written by sbxc (not by
                                  the sandbox), read by ``sbxc doctor``
 """
-from __future__ import annotations
-
 import hashlib
 import os
 

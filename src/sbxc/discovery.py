@@ -7,8 +7,6 @@ Discovery takes ``sandbox.policy.yaml`` in the current folder or the nearest par
 holds one as a regular file (``exists``: followed links count, as the compiler reads
 them); with none, ``builtin:default`` applies.
 """
-from __future__ import annotations
-
 import os
 
 from .layout import BUILTIN_PREFIX, DEFAULT_POLICY, POLICY_NAME

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, asdict
 
+# Defined in the leaf without dataclasses: a cached Landlock run checks listings with it.
+from .landlock_abi import listing_digest  # noqa: F401
+
 
 @dataclass(frozen=True, slots=True)
 class HostFacts:
@@ -33,14 +36,3 @@ class HostFacts:
     @classmethod
     def from_dict(cls, data: dict) -> "HostFacts":
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-
-
-def listing_digest(entries) -> str:
-    """A fingerprint of one folder's entries as ``dir_listings`` gives them. A plan built on
-    a listing (Landlock grants a folder's entries one by one) is stale once it changes."""
-    try:  # the builtin module: hashlib's OpenSSL bindings cost milliseconds of imports
-        from _sha256 import sha256
-    except ImportError:
-        from hashlib import sha256
-    text = "\0".join(f"{name}\1{kind}" for name, kind in sorted(entries))
-    return sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:32]

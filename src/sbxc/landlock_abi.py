@@ -13,8 +13,6 @@ LANDLOCK_CREATE_RULESET_VERSION)`` returns it):
   ABI 6 (6.12)        scopes: abstract Unix sockets and signals leaving the domain
   ABI 7 (6.15)        audit logging flags for landlock_restrict_self (no new rights)
 """
-from __future__ import annotations
-
 # System call numbers: Landlock came after the syscall table unification, so the
 # numbers are the same on every architecture.
 SYS_LANDLOCK_CREATE_RULESET = 444
@@ -100,3 +98,14 @@ def net_names(mask: int) -> list[str]:
 
 def scope_names(mask: int) -> list[str]:
     return [n for bit, n in SCOPE_NAMES.items() if mask & bit]
+
+
+def listing_digest(entries) -> str:
+    """A fingerprint of one folder's entries as ``dir_listings`` gives them. A plan built on
+    a listing (Landlock grants a folder's entries one by one) is stale once it changes."""
+    try:  # the builtin module: hashlib's OpenSSL bindings cost milliseconds of imports
+        from _sha256 import sha256
+    except ImportError:
+        from hashlib import sha256
+    text = "\0".join(f"{name}\1{kind}" for name, kind in sorted(entries))
+    return sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:32]

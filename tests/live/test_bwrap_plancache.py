@@ -52,6 +52,24 @@ def test_cached_exec_imports_no_compiler(sbxc):
     assert last == "RC=0 HEAVY=", p
 
 
+def test_cached_landlock_exec_imports_no_compiler_and_no_dataclasses(sbxc):
+    """The Landlock hit re-checks folder listings (a fingerprint per folder): the function
+    must come from a leaf without dataclasses (which pulls in re, inspect and enum)."""
+    pol = "sbxc: 1\nextends: [builtin:default]\nbackend: landlock\nnetwork: false\n"
+    with open(os.path.join(sbxc.project, "sandbox.policy.yaml"), "w") as f:
+        f.write(pol)
+    env = base_env(sbxc.home)
+    p, last = probe(["--", "true"], env, sbxc.project)
+    assert last.startswith("RC=0 ") and "yaml" in last, p  # a miss: the probe sees the compiler
+    # A hit. A folder whose listing the plan holds may gain an entry from another process
+    # meanwhile (a miss, compiled again): a few tries until one is a hit.
+    for _ in range(5):
+        p, last = probe(["--", "true"], env, sbxc.project)
+        if "yaml" not in last:
+            break
+    assert last == "RC=0 HEAVY=", p
+
+
 def test_cache_follows_policy_env_and_flags(sbxc, tcp_server):
     reach = ["python3", "-c",
              f"import socket\ntry:\n socket.create_connection(('127.0.0.1', {tcp_server.port}), timeout=3); print('reached')\n"

@@ -286,11 +286,11 @@ def test_taint_is_recorded_when_the_reserve_is_needed(sbxc, accept_all, monkeypa
     real_write = planstore.write_entry
     calls = []
 
-    def first_write_fails(dir_fd, name, entry, trim=True):
+    def first_write_fails(dir_fd, name, entry):
         calls.append(name)
         if len(calls) == 1:
             return False  # as ENOSPC would
-        return real_write(dir_fd, name, entry, trim)
+        return real_write(dir_fd, name, entry)
 
     monkeypatch.setattr(planstore, "write_entry", first_write_fails)
     assert planstore.record_taints([(path, "0" * 64)])

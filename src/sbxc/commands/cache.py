@@ -94,7 +94,46 @@ def main(argv) -> int:
             sys.stderr.write(f"sbxc cache clear: {args.id!r} is not a project cache name\n")
             return 2
         pdir = os.path.join(root, args.id)
-    return clear(root, None if args.all else os.path.basename(pdir), uid)
+    pid = None if args.all else os.path.basename(pdir)
+    rc = clear(root, pid, uid)
+    # The plan cache is the user's, whatever cache root the project uses.
+    if pid is None:
+        return clear_plans(None) or rc
+    return clear_plans(lambda p: bool(p) and (p == project or cachemod.project_id(p) == pid), project) or rc
+
+
+def clear_plans(match, project: str = "") -> int:
+    """Remove the cached plans (``match`` None: all of them; else those whose project folder
+    ``match`` accepts) from the plans folder; the taints and the run journal stay, since
+    later runs need them (``sbxc.runtime.planprune``)."""
+    from ..runtime import planprune, planstore
+
+    where = planstore.plans_dir()
+    dir_fd = planstore.open_plans_dir(create=False)
+    if dir_fd < 0:
+        if os.path.lexists(where):
+            sys.stderr.write(f"sbxc: the plans folder {where} is not this user's private folder; not clearing through "
+                             f"it; remove it or fix its owner and mode (chmod 700 {where})\n")
+            return 1
+        return 0  # no plan cache yet: nothing to clear
+    try:
+        removed, failed = planprune.clear(dir_fd, match)
+        kept = planprune.summary(dir_fd) if match is None else None
+    finally:
+        os.close(dir_fd)
+    if match is None:
+        sys.stdout.write(f"cleared {removed} cached plan(s) in {where}")
+        if kept is not None and (kept.taints or kept.runs or kept.accepted or kept.journal_bytes):
+            sys.stdout.write(f"; kept the run journal and {kept.taints} taint(s), which later runs need to refuse "
+                             "policy files a sandboxed command wrote")
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(f"cleared {removed} cached plan(s) of {project} in {where}\n")
+    if failed:
+        sys.stderr.write(f"sbxc: {failed} cached plan(s) in {where} could not be removed; they are left in place, the "
+                         "rest was removed; remove them by hand and run the command again\n")
+        return 1
+    return 0
 
 
 def check(root: str, pid: str, uid: int) -> str:

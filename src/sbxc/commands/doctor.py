@@ -218,6 +218,37 @@ def leftover_lines(uid: int) -> list[str]:
     return lines
 
 
+def plan_cache_lines() -> list[str]:
+    """The plan cache: what it holds, its limits, and what is kept apart from it."""
+    from ..runtime import planprune, planstore
+
+    where = planstore.plans_dir()
+    lines = [f"plan cache in {where}:"]
+    dir_fd = planstore.open_plans_dir(create=False)
+    if dir_fd < 0:
+        if os.path.lexists(where):
+            return lines + [f"  unusable: not this user's private folder (runs refuse until it is fixed: chmod 700 {where})"]
+        return lines + ["  none yet (made by the first sbxc exec)"]
+    try:
+        s = planprune.summary(dir_fd)
+    except OSError as e:
+        return lines + [f"  cannot be listed ({e.strerror})"]
+    finally:
+        os.close(dir_fd)
+    if s.oldest_ns is None:
+        lines.append("  plans:     none")
+    else:
+        age_h = max(0.0, (time.time_ns() - s.oldest_ns) / 3600e9)
+        age = f"{age_h:.1f} hours" if age_h < 48 else f"{age_h / 24:.1f} days"
+        lines.append(f"  plans:     {s.plans}, {_human(s.plan_bytes)}, the oldest compiled {age} ago")
+    lines.append(f"  limits:    {planprune.MAX_ENTRIES} plans, {_human(planprune.MAX_BYTES)}, "
+                 f"{planprune.MAX_AGE_S // 86400} days (pruned on a miss)")
+    lines.append(f"  kept:      {s.taints} taint(s), {s.runs} run record(s), {s.accepted} accepted file(s), "
+                 f"journal {_human(s.journal_bytes)} (never pruned: later runs need them)")
+    lines.append("  clear:     sbxc cache clear --all (plans of one project: sbxc cache clear --project DIR)")
+    return lines
+
+
 def main(argv) -> int:
     args, code = _help.run_parse(_args.DOCTOR, argv, sys.stdout, sys.stderr)
     if args is None:
@@ -267,6 +298,7 @@ def main(argv) -> int:
     for c in caches:
         lines += c
     lines += leftovers
+    lines += plan_cache_lines()
     sys.stdout.write("\n".join(lines) + "\n")
     return code
 

@@ -9,8 +9,6 @@ Hot path: a cached plan loads this module, the runtime and nothing of the compil
 ``argparse`` (milliseconds of imports on every run): the command line is read by
 ``_args``, the one grammar every command shares, which imports nothing heavy.
 """
-from __future__ import annotations
-
 import os
 import sys
 
@@ -51,6 +49,9 @@ def parse_args(argv: list) -> Args:
 def compile_on_miss(policy, backend, network, environ, cwd: str, gate=None) -> dict:
     """What the plan cache calls on a miss. The compiler is imported here, on a miss
     only: a cached run never loads YAML, Lark or libseccomp."""
+    import gc
+
+    gc.enable()  # the compiler builds many short-lived cycles (parse trees); see exec_entry
     from .build import compile_for_exec
 
     return compile_for_exec(policy, backend, network, environ, cwd, gate)
@@ -59,7 +60,15 @@ def compile_on_miss(policy, backend, network, environ, cwd: str, gate=None) -> d
 def exec_entry(argv) -> int:
     """``sbxc exec`` as a process: ``exec_main``, then leave without the interpreter's
     teardown (module and object clean-up costs ~3 ms here and has nothing left to do: the
-    command has ended, sbxc's cleanups ran, and no other code is waiting at exit)."""
+    command has ended, sbxc's cleanups ran, and no other code is waiting at exit).
+
+    The cyclic garbage collector is off until the command starts (``launch`` turns it on
+    again, and so does a plan-cache miss before compiling): the imports and the plan
+    build few cycles but enough objects to trigger a dozen collections, ~0.5 ms of every
+    run for nothing to free."""
+    import gc
+
+    gc.disable()
     rc = exec_main(argv)
     try:
         sys.stdout.flush()

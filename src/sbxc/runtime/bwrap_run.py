@@ -21,8 +21,6 @@ stderr is held back while bwrap sets up (the seccomp program, written into a pip
 is still unread: bwrap reads it after every mount, right before it execs), so that a set-up
 failure shows as one ``sbxc:`` line and not raw.
 """
-from __future__ import annotations
-
 import os
 import sys
 

@@ -13,8 +13,6 @@ applies to every domain, but nothing outside bwrap's PID namespace is visible to
 The domain is made in the forked child just before it execs bwrap, so bwrap and the
 command inherit it and sbxc's own process stays outside.
 """
-from __future__ import annotations
-
 import os
 
 from .errors import Refusal

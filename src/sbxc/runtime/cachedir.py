@@ -40,8 +40,6 @@ never touches ``os.environ``.
 The folders are opened and checked by ``sbxc.runtime.safeopen`` (its module text says
 how and why).
 """
-from __future__ import annotations
-
 import os
 
 from ..layout import CACHE_MARKER_SUFFIX as MARKER_SUFFIX

@@ -3,8 +3,6 @@ failure messages to a cause and a fix.
 
 Imported on the ``exec`` hot path: no ``re``, no ``json``, nothing heavy.
 """
-from __future__ import annotations
-
 REFUSED = 125
 """Exit status when sbxc refused or failed before the command ran (SPEC §4)."""
 

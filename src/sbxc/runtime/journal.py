@@ -41,8 +41,6 @@ journal is read only when a plan is compiled (a plan-cache miss): a cached plan 
 by its sources' sha256 and was only stored after they passed this check, so the same
 bytes need no second look.
 """
-from __future__ import annotations
-
 import marshal
 import os
 

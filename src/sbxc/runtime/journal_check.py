@@ -7,8 +7,6 @@ module text says how the windows are bounded by ctimes); this module reads them.
 a plan-cache miss and in ``compile --check``: a cached plan was stored after its sources
 passed this check.
 """
-from __future__ import annotations
-
 import os
 
 from ..linkwalk import links_on_the_way

@@ -19,8 +19,6 @@ Any failure raises Refusal: the child exits 125 and the command never starts.
 
 Imports: os and ctypes (through landlock_sys).
 """
-from __future__ import annotations
-
 import os
 
 from . import landlock_sys as ll

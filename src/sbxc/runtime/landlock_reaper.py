@@ -29,8 +29,6 @@ and the reaper note theirs before the run and put the soft limits back before th
 post-run work (``restore_limits``), so that running out of descriptors cannot turn
 "cannot list the command's processes" into "none left".
 """
-from __future__ import annotations
-
 import os
 
 from .errors import Refusal

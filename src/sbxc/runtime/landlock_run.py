@@ -12,8 +12,6 @@ closed every descriptor above 2: the child stays behind as the command's reaper
 Imports: os, _signal and ctypes (through landlock_sys); fcntl only with per-run folders,
 time only when processes are left to end. This is the ``sbxc exec`` hot path.
 """
-from __future__ import annotations
-
 import os
 
 from . import landlock_sys as ll

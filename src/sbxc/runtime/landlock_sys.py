@@ -2,8 +2,6 @@
 sbxc.landlock_abi (a leaf the compiler uses too); this module is on the run path and
 imports only ctypes, when a ruleset is made.
 """
-from __future__ import annotations
-
 from ..landlock_abi import (  # noqa: F401  (the runner and its tests use these names from here)
     SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF,
     LANDLOCK_CREATE_RULESET_VERSION, LANDLOCK_RULE_PATH_BENEATH, LANDLOCK_RULE_NET_PORT, FS_EXECUTE,

@@ -13,8 +13,6 @@ plan cache). No ``re``, ``json`` (except for ``--plan`` on a marshal-cache miss)
 ``argparse``, ``subprocess``, ``dataclasses``, ``fnmatch``: each costs milliseconds on
 every run (see bench/README.md).
 """
-from __future__ import annotations
-
 import os
 import sys
 
@@ -182,9 +180,14 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             # The hint is for a network that is off: `network: false`, or per-port rules
             # on bwrap and OCI (narrowed to no network). Under Landlock the listed ports stay open.
             net_off = ctx.network == "off" or (ctx.network == "rules" and backend in ("bwrap", "oci"))
+            import gc
+
             from .hint import Feedback
             from .runwarn import show_warnings
 
+            # Off since start-up (``sbxc exec`` leaves it off there); the run may last hours
+            # with sbxc's own threads (the proxy) allocating all along.
+            gc.enable()
             feedback = Feedback(net_off, backend == "landlock", rt.get("checks"), lambda: show_warnings(pf, cwd))
             status = run(spec, net_off, state, feedback)
             state.status = status

@@ -11,30 +11,30 @@ writes puts that folder first on ``sys.path``, so a planted ``sbxc/`` there runs
 of this code (SECURITY.md). That entry is left out here for the same reason: whatever
 planted code it could hold has already run, and it is the folder commands work in.
 """
-from __future__ import annotations
-
 import os
 import sys
 
 from .errors import Refusal, one_line
+from .safeopen import real_paths
 
 FIX = ("install sbxc outside anything the policy makes writable (e.g. with scripts/setup into a "
        "folder of your own), or make its folder read-only in the policy")
 
 
-def own_paths() -> list:
+def own_paths(also=()) -> list:
     """Real paths of what sbxc's process loads code from: its package folder, the
-    interpreter and its prefix, and each existing ``sys.path`` entry."""
-    # sbxc's package folder: this file is sbxc/runtime/owncode.py.
-    paths = [os.path.dirname(os.path.dirname(os.path.realpath(__file__))), os.path.realpath(sys.executable),
-             os.path.realpath(sys.prefix)]
+    interpreter and its prefix, and each existing ``sys.path`` entry; then the real path
+    of each of ``also``. Resolved together (``safeopen.real_paths``): they share most of
+    their folders (``/usr``, the venv), and resolving each on its own would lstat those
+    again for every path."""
     entries = list(sys.path)
     # The entry Python adds for ``-m`` / a script when not isolated (see the docstring).
     if entries and not sys.flags.safe_path and not sys.flags.isolated:
         entries = entries[1:]
-    for entry in entries:
-        if entry and os.path.exists(entry):
-            paths.append(os.path.realpath(entry))
+    # sbxc's package folder: this file is sbxc/runtime/owncode.py.
+    names = [__file__, sys.executable, sys.prefix] + [e for e in entries if e and os.path.exists(e)]
+    paths = real_paths(names + list(also))
+    paths[0] = os.path.dirname(os.path.dirname(paths[0]))
     return paths
 
 
@@ -42,13 +42,13 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def _access_at(checks, path: str) -> str:
+def _access_at(rules, path: str) -> str:
     """The access the deepest rule holding ``path`` gives (as launch.access_at; kept
-    here so this module depends on nothing else of the runtime)."""
+    here so this module depends on nothing else of the runtime). ``rules``: (path, path
+    with one trailing "/", depth, access) of each check."""
     best, depth = "none", -1
-    for rpath, _kind, access, *_rule in checks:
-        d = 0 if rpath == "/" else rpath.count("/")
-        if d > depth and _inside(path, rpath):
+    for rpath, prefix, d, access in rules:
+        if d > depth and (path == rpath or path.startswith(prefix)):
             best, depth = access, d
     return best
 
@@ -57,11 +57,14 @@ def check(checks, cache_dir) -> None:
     """Raise ``Refusal`` when a path the plan's command may write (its ``write`` rules,
     the deepest rule deciding; the project's cache folder) holds, or lies inside, one of
     ``own_paths()``."""
-    writes = [p for p, _kind, access, *_rule in checks if access == "write"]
-    cache = os.path.realpath(cache_dir) if cache_dir else ""
-    for own in own_paths():
+    rules = [(rpath, rpath.rstrip("/") + "/", 0 if rpath == "/" else rpath.count("/"), access)
+             for rpath, _kind, access, *_rule in checks]
+    writes = [r[0] for r in rules if r[3] == "write"]
+    owns = own_paths((cache_dir,) if cache_dir else ())
+    cache = owns.pop() if cache_dir else ""
+    for own in owns:
         where = ""
-        if _access_at(checks, own) == "write":
+        if _access_at(rules, own) == "write":
             where = "a folder this plan lets commands write"
         elif cache and (_inside(own, cache) or _inside(cache, own)):
             where = f"the cache folder {one_line(cache, 200)}"

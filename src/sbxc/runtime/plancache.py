@@ -11,8 +11,6 @@ Hot path: ``os``, ``marshal`` and a sha256 from the interpreter's builtin module
 compiler (PyYAML, Lark, libseccomp) is never imported here: on a miss the plan cache
 calls the compile function the ``exec`` command handed in.
 """
-from __future__ import annotations
-
 import os
 
 from .. import discovery
@@ -62,6 +60,28 @@ _USERNS_KNOBS = (
 )
 
 
+def _read_proc(path: str, limit: int):
+    """Up to ``limit`` bytes of a /proc file, or None. os.open and os.read: ``open()``
+    would add an fstat, an ioctl and two lseeks per file and a buffered reader."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        chunks = []
+        while limit > 0:
+            b = os.read(fd, limit)
+            if not b:
+                break
+            chunks.append(b)
+            limit -= len(b)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def userns_facts() -> str:
     """What decides whether bwrap can make its namespaces, read cheaply: the kernel's knobs
     and whether this process already runs under a seccomp filter (a container, another
@@ -70,18 +90,15 @@ def userns_facts() -> str:
     part of the cache key (the full probe, a trial bwrap run, happens on the miss)."""
     parts = []
     for path in _USERNS_KNOBS:
-        try:
-            with open(path, "rb") as f:
-                parts.append(f.read(32).strip().decode("ascii", "replace"))
-        except OSError:
-            parts.append("-")
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f.read().split(b"\n"):
-                if line.startswith((b"Seccomp:", b"Seccomp_filters:", b"NoNewPrivs:")):
-                    parts.append(line.split(b":", 1)[1].strip().decode("ascii", "replace"))
-    except OSError:
+        data = _read_proc(path, 32)
+        parts.append("-" if data is None else data.strip().decode("ascii", "replace"))
+    data = _read_proc("/proc/self/status", 1 << 16)
+    if data is None:
         parts.append("-")
+    else:
+        for line in data.split(b"\n"):
+            if line.startswith((b"Seccomp:", b"Seccomp_filters:", b"NoNewPrivs:")):
+                parts.append(line.split(b":", 1)[1].strip().decode("ascii", "replace"))
     return ",".join(parts)
 
 
@@ -139,7 +156,10 @@ def plan_for_policy(policy, backend, network, now, cwd: str, compile) -> dict:
             # needs no second look at the journal.
             check_taints(dir_fd, entry.get("sources", ()))
             journal_check.check_sources(dir_fd, entry.get("sources", ()))
-            write_entry(dir_fd, name, entry)
+            if write_entry(dir_fd, name, entry):
+                from .planprune import prune
+
+                prune(dir_fd)  # on a miss only: a hit never lists the folder
             ensure_reserve(dir_fd)  # on a miss only: a hit stays one open and one read
         return entry["plan"]
     finally:

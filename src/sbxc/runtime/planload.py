@@ -4,8 +4,6 @@ else and no sandboxed command could have written, and parsed once per content.
 Hot path for ``--plan``: ``os``, and the plans folder's marshal copy of the file; ``json``
 only the first time a given file content is seen.
 """
-from __future__ import annotations
-
 import os
 
 from ..layout import default_cache_root
@@ -45,7 +43,10 @@ def load_planfile(path: str) -> dict:
         if not isinstance(pf, dict):
             raise Refusal(f"{one_line(path, 200)} is not a plan file", "make it with sbxc compile -o PLAN")
         if dir_fd >= 0:
-            write_entry(dir_fd, name, {"v": ENTRY_VERSION, "plan": pf})
+            if write_entry(dir_fd, name, {"v": ENTRY_VERSION, "plan": pf}):
+                from .planprune import prune
+
+                prune(dir_fd)
         return pf
     finally:
         if dir_fd >= 0:

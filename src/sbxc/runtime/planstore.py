@@ -13,13 +13,11 @@ command ran is *tainted* (``note_policy_changes``): the next ``exec`` refuses it
 (``check_taints``) until ``sbxc compile --check`` accepts it (``accept_policies``). The run
 journal (``sbxc.runtime.journal``) answers the same question for the files no run
 watched. A taint is an entry ``t-`` + sha256(real path) holding the file's sha256 as the
-command left it ("" for removed); never trimmed.
+command left it ("" for removed); never pruned.
 
 Hot path: ``os``, ``marshal`` and a sha256 from the interpreter's builtin module; one
 failed open per watched file that does not exist.
 """
-from __future__ import annotations
-
 import marshal
 import os
 
@@ -133,51 +131,14 @@ def write_atomic(dir_fd: int, name: str, entry: dict) -> None:
         raise
 
 
-def write_entry(dir_fd: int, name: str, entry: dict, trim: bool = True) -> bool:
-    """``write_atomic``; False when it could not be written. ``trim``: keep the folder
-    bounded afterwards (plans; never for taints)."""
+def write_entry(dir_fd: int, name: str, entry: dict) -> bool:
+    """``write_atomic``; False when it could not be written. Writers of cached plans then
+    keep the cache bounded (``planprune.prune``); taints are never pruned."""
     try:
         write_atomic(dir_fd, name, entry)
     except OSError:
         return False
-    if trim:
-        _trim(dir_fd)
     return True
-
-
-MAX_ENTRIES = 256
-KEEP_ENTRIES = 192
-
-
-def _trim(dir_fd: int) -> None:
-    """Keep the folder bounded: past MAX_ENTRIES, drop the least recently written entries.
-    Runs on a miss only (a hit never lists the folder)."""
-    entries = []
-    try:
-        # dir_fd is O_PATH (it cannot be listed): open the folder itself through it.
-        list_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
-        return
-    try:
-        with os.scandir(list_fd) as it:
-            for e in it:
-                if e.name.startswith(("p-", "f-", ".tmp-")):
-                    try:
-                        entries.append((e.stat(follow_symlinks=False).st_mtime_ns, e.name))
-                    except OSError:
-                        pass
-    except OSError:
-        return
-    finally:
-        os.close(list_fd)
-    if len(entries) <= MAX_ENTRIES:
-        return
-    entries.sort()
-    for _mtime, name in entries[: len(entries) - KEEP_ENTRIES]:
-        try:
-            os.unlink(name, dir_fd=dir_fd)
-        except OSError:
-            pass
 
 
 # ------------------------------------------------------------------ taints
@@ -188,7 +149,7 @@ TAINT_VERSION = 2
 # A policy file that a sandboxed command wrote (or removed) is "tainted" until the caller
 # accepts it with `sbxc compile --check`: one entry per path, ``t-`` + sha256(path),
 # holding the file's sha256 as the command left it ("" for removed). Kept in the plans
-# folder because no sandbox can write there; never trimmed (see _trim's prefixes).
+# folder because no sandbox can write there; never pruned (see planprune).
 TAINT_PREFIX = "t-"
 
 
@@ -315,12 +276,12 @@ def record_taints(changed) -> bool:
     try:
         for path, sha in changed:
             entry = {"v": TAINT_VERSION, "path": _taint_key(path), "sha": sha}
-            if not write_entry(dir_fd, _taint_name(path), entry, trim=False):
+            if not write_entry(dir_fd, _taint_name(path), entry):
                 try:
                     os.unlink(RESERVE_NAME, dir_fd=dir_fd)  # the space kept for this
                 except OSError:
                     pass
-                ok = write_entry(dir_fd, _taint_name(path), entry, trim=False) and ok
+                ok = write_entry(dir_fd, _taint_name(path), entry) and ok
         ensure_reserve(dir_fd)
         return ok
     finally:

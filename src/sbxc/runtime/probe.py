@@ -3,8 +3,6 @@
 Cheap facts (uid, home, Landlock ABI, where bwrap is) cost no subprocess; the ones that do
 (bwrap's version, whether it can make namespaces) are asked for explicitly.
 """
-from __future__ import annotations
-
 import os
 
 LANDLOCK_CREATE_RULESET_VERSION = 1 << 0

@@ -11,8 +11,6 @@ covers the few microseconds between a folder's mkdir and its lock.
 
 Hot path (only with per-run folders): ``os`` and ``fcntl``; ``time`` when reaping.
 """
-from __future__ import annotations
-
 import os
 
 from ..layout import RUN_DIR_PREFIX

@@ -9,8 +9,6 @@ checked folder away and put their own in its place after the checks.
 
 Hot path: ``os`` and ``stat``.
 """
-from __future__ import annotations
-
 import os
 import stat
 

@@ -56,8 +56,6 @@ command), ``host`` (the run's ``staleness.HostNow``: the trusted bwrap, the Land
 read once; ``None`` outside the core, e.g. in a benchmark: the runner reads them then).
 docs/runtime.md has the same protocol as a table.
 """
-from __future__ import annotations
-
 
 class LaunchSpec:
     __slots__ = ("argv", "env", "pass_fds", "child_setup", "exec_is_command", "started",

@@ -10,8 +10,6 @@ here (``HostNow``, as ``ctx.host``) instead of probing again.
 Hot path: ``os`` only; the trusted bwrap lookup and the Landlock ABI are read once per
 run and only for the backend that needs them.
 """
-from __future__ import annotations
-
 import os
 
 from .errors import Refusal
@@ -118,7 +116,7 @@ def why_stale(pf: dict, now: HostNow, *, entry=None, paths: bool = True):
             if os.path.lexists(path):
                 return Refusal(f"the optional path {path} appeared since the plan was compiled", "compile it again")
         if backend == "landlock":
-            from ..hostfacts import listing_digest
+            from ..landlock_abi import listing_digest  # not hostfacts: its dataclasses cost ~15 ms
             from .probe import dir_listings
 
             # Landlock grants the entries of folders above a stricter rule one by one, as

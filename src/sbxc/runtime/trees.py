@@ -24,8 +24,6 @@ goes on, entries that appear and vanish under the walk. So every walk here:
 
 Only ``os`` and ``stat``: this is on the ``sbxc exec`` path (per-run folders, throwaways).
 """
-from __future__ import annotations
-
 import os
 import stat
 
