@@ -18,13 +18,13 @@ from .rules import FS_VERBS, FsRuleAst, NetRuleAst
 
 HOME_CHOICES = ("read-only", "hidden", "writable")
 FORMAT_VERSION = 1
-LOCKABLE = ("project", "backend", "home", "filesystem", "network", "cache", "env", "landlock", "syscalls", "workspace")
+LOCKABLE = ("project", "backend", "home", "filesystem", "network", "host_groups", "cache", "env", "landlock", "syscalls", "workspace")
 
 
 @dataclass(frozen=True)
 class Field:
     kind: str
-    """int, bool, str, enum, list, map, strmap, fsrule, netrule, network, syscall, envglob."""
+    """int, bool, str, enum, list, map, strmap, groups, fsrule, netrule, network, syscall, envglob."""
     doc: str = ""
     choices: tuple = ()
     item: Optional["Field"] = None
@@ -67,8 +67,12 @@ TABLE: tuple[Key, ...] = (
         None, "the policy file's folder"),
     Key("backend", Field("enum", "Sandbox backend.", choices=BACKEND_CHOICES), "auto"),
     Key("home", Field("enum", "The home folder inside the sandbox.", choices=HOME_CHOICES), "read-only"),
-    Key("network", Field("network", "true (default), false, or a list of `connect tcp PORT` / "
-                                    "`bind tcp PORT[-PORT]` rules.", item=Field("netrule")), True),
+    Key("network", Field("network", "true (default), false, or a list of rules: `allow HOST[:PORT]`, "
+                                    "`allow *.DOMAIN`, `allow @GROUP`, `connect tcp PORT`, "
+                                    "`bind tcp PORT[-PORT]`.", item=Field("netrule")), True),
+    Key("host_groups", Field("groups", "Named host groups for `allow @NAME`: NAME: [HOST[:PORT] or "
+                                       "`from TOOL` (pip, npm, cargo, go: the registries that tool is "
+                                       "configured to use here)].", item=Field("str")), (), row=False),
     Key("cache.tools", Field("list", "Tools whose caches point into the project's cache folder (default: all).",
                              item=Field("enum", choices=tuple(cachemod.TOOLS))), cachemod.DEFAULT_TOOLS, "all"),
     Key("cache.root", Field("str", "Cache root; must lie outside the home folder (default /var/tmp/sbxc-{uid})."),
@@ -91,7 +95,8 @@ TABLE: tuple[Key, ...] = (
 )
 
 KEYS = {k.key: k for k in TABLE}
-SCHEMA_ORDER = ("sbxc", "extends", "project", "backend", "home", "filesystem", "network", "cache", "env",
+SCHEMA_ORDER = ("sbxc", "extends", "project", "backend", "home", "filesystem", "network", "host_groups", "cache",
+                "env",
                 "landlock", "syscalls", "locked", "workspace")
 
 
@@ -142,7 +147,11 @@ def json_schema() -> dict:
             d["pattern"] = r"^\s*(" + "|".join(FS_VERBS) + r")\??\s+\S"
         elif k == "netrule":
             d["type"] = "string"
-            d["pattern"] = r"^\s*(connect|bind)\s+tcp\s+[0-9]{1,5}(-[0-9]{1,5})?\s*$"
+            d["pattern"] = r"^\s*((connect|bind)\s+tcp\s+[0-9]{1,5}(-[0-9]{1,5})?|allow\s+\S+)\s*$"
+        elif k == "groups":
+            d["type"] = "object"
+            d["propertyNames"] = {"pattern": "^[a-z][a-z0-9_-]{0,63}$"}
+            d["additionalProperties"] = {"type": "array", "items": {"type": "string"}}
         elif k == "network":
             d["oneOf"] = [{"type": "boolean"}, {"type": "array", "items": conv(f.item)}]
         elif k == "syscall":
@@ -226,6 +235,8 @@ class Settings:
     home: Value[str]
     filesystem: tuple[FsRuleAst, ...]
     network: Value[Union[bool, tuple[NetRuleAst, ...]]]
+    host_groups: tuple
+    """(name, Value[list of group items]) for each group the files define, by name."""
     cache: CacheSettings
     env: EnvSettings
     landlock: LandlockSettings
