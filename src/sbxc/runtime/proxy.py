@@ -224,7 +224,12 @@ class Proxy:
         end = time.monotonic() + _REPORT_TIMEOUT
         status = None
         while status is None:
-            pid, st = os.waitpid(self._pid, os.WNOHANG)
+            try:
+                pid, st = os.waitpid(self._pid, os.WNOHANG)
+            except ChildProcessError:
+                # Reaped by the caller's own wait for any child (a subreaper's loop): its
+                # status is lost; the report above decides.
+                pid, st = self._pid, 0
             if pid:
                 status = st
             elif time.monotonic() > end:
