@@ -281,8 +281,12 @@ class Reader:
 
 def _url_hosts(url: str, source: str) -> list[tuple[str, int, str]]:
     """``[(host, port, source)]`` for an http(s) URL; [] for a local or unusable one."""
+    url = url.strip()
+    for prefix in ("sparse+", "registry+"):  # cargo's spellings of an HTTP(S) index
+        if url.startswith(prefix):
+            url = url[len(prefix):]
     try:
-        parts = urlsplit(url.strip())
+        parts = urlsplit(url)
         port = parts.port
     except ValueError:
         return []
