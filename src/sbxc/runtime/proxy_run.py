@@ -76,7 +76,7 @@ class ProxyRun:
         """Stop the proxy and print one line per refused host (fixed text, sanitised names)."""
         self.stop()
         failure = self.failure
-        lines = [blocked_line(host, port, self.at, cwd) for host, port, _why in self.refused if host]
+        lines = [blocked_line(host, port, self.at, cwd, why) for host, port, why in self.refused if host]
         if failure:
             lines.append(f"sbxc: warning: the network proxy stopped serving during the run ({one_line(failure, 200)})")
         for line in lines[:_MAX_LINES]:
@@ -90,14 +90,29 @@ def _safe(text: str) -> str:
     return "".join(ch for ch in str(text) if ch.isascii() and (ch.isalnum() or ch in ".-_:[]*"))[:260]
 
 
-def blocked_line(host: str, port: int, at: str, cwd: str) -> str:
+def blocked_line(host: str, port: int, at: str, cwd: str, reason: str = "") -> str:
+    """The feedback line for one refusal. ``host`` and ``port`` come from the proxy's own
+    parse, ``reason`` is the proxy's fixed text (with addresses it printed itself); both
+    are filtered again to name characters, so a command cannot shape the line."""
     host = _safe(host)
+    port = int(port)
     where = at
     path, _, line = at.rpartition(":")
     if path.startswith("/") and cwd and path.startswith(cwd.rstrip("/") + "/"):
         where = path[len(cwd.rstrip("/")) + 1:] + ":" + line
-    rule = f"allow {host}" if port in (80, 443) else f"allow {host}:{int(port)}"
-    return f"sbxc: blocked {host}:{int(port)} (not allowed by {where}); allow it with \"{rule}\""
+    rule = f"allow {host}" if port in (80, 443) else f"allow {host}:{port}"
+    why = f"not allowed by {where}"
+    for marker in ("; if that is meant, add: ", "; to allow it: "):
+        head, found, tail = reason.partition(marker)
+        if found and tail.startswith("allow "):
+            rule = "allow " + _safe(tail[len("allow "):])
+            if marker.startswith("; if"):
+                # The name is allowed, but it resolves to an address the proxy uses only
+                # where an address rule names it (loopback, private, link-local ...).
+                addr = head.rpartition("(")[2].rstrip(")")
+                why = f"it resolves only to the non-public address {_safe(addr)}, which no rule in {where} names"
+            break
+    return f"sbxc: blocked {host}:{port} ({why}); allow it with \"{rule}\""
 
 
 def start_proxy(rt: dict, backend: str, env: dict) -> ProxyRun:
