@@ -166,7 +166,9 @@ def test_allowed_name_with_its_address_rule(sbxc, backend, upstream):
 def test_name_resolving_to_loopback_needs_an_address_rule(sbxc, backend, upstream):
     r = client(sbxc, backend, [f"allow localhost:{upstream}"], "get", f"http://localhost:{upstream}/")
     assert "STATUS 403" in r.out, r
-    assert f"sbxc: blocked localhost:{upstream} (not allowed by sandbox.policy.yaml:5)" in r.err, r
+    want = (f"sbxc: blocked localhost:{upstream} (it resolves only to the non-public address 127.0.0.1, which no "
+            f'rule in sandbox.policy.yaml:5 names); allow it with "allow 127.0.0.1:{upstream}"')
+    assert want in r.err.splitlines(), r
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -9,14 +9,16 @@ the command: it can do nothing the command could not. It listens before the comm
 starts (a client's first connection never finds the port closed), then forks: the child
 serves; this process execs the command, so the command keeps bwrap's child pid, its exit
 status and its signals. The server child ends with the sandbox (bwrap's PID namespace is
-torn down when the command ends). Standard library only, no sbxc import: it starts with
-``-I -S`` (no site, no user paths) to cost little.
+torn down when the command ends). Builtin modules only (``_socket``, ``_thread``, not
+``socket`` and ``threading``, which pull in enum and more), no sbxc import, started with
+``-I -S`` (no site, no user paths): it adds a few milliseconds to the start.
 """
 import os
-import signal
-import socket
 import sys
-import threading
+
+import _signal
+import _socket
+import _thread
 
 _BUF = 1 << 18
 
@@ -33,23 +35,31 @@ def _pump(src, dst) -> None:
     except OSError:
         pass
     try:
-        dst.shutdown(socket.SHUT_WR)
+        dst.shutdown(_socket.SHUT_WR)
     except OSError:
         pass
 
 
+def _pump_and_release(src, dst, lock) -> None:
+    try:
+        _pump(src, dst)
+    finally:
+        lock.release()
+
+
 def _serve_one(conn, path: str) -> None:
-    up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    up = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         up.connect(path)
     except OSError:
         conn.close()
         up.close()
         return
-    t = threading.Thread(target=_pump, args=(up, conn), daemon=True)
-    t.start()
+    done = _thread.allocate_lock()
+    done.acquire()
+    _thread.start_new_thread(_pump_and_release, (up, conn, done))
     _pump(conn, up)
-    t.join()
+    done.acquire()  # the other direction has ended too
     conn.close()
     up.close()
 
@@ -57,13 +67,14 @@ def _serve_one(conn, path: str) -> None:
 def _serve(lst, path: str) -> None:
     while True:
         try:
-            conn, _ = lst.accept()
+            fd, _ = lst._accept()
         except InterruptedError:
             continue
         except OSError:
             return
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        threading.Thread(target=_serve_one, args=(conn, path), daemon=True).start()
+        conn = _socket.socket(fileno=fd)
+        conn.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        _thread.start_new_thread(_serve_one, (conn, path))
 
 
 def main(argv) -> int:
@@ -71,8 +82,8 @@ def main(argv) -> int:
         sys.stderr.write("sbxc: the network forwarder was started without a command; recompile the plan\n")
         return 125
     path, port, cmd = argv[1], int(argv[2]), argv[3:]
-    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lst = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    lst.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
     try:
         lst.bind(("127.0.0.1", port))
         lst.listen(128)
@@ -85,8 +96,8 @@ def main(argv) -> int:
         try:
             # A Ctrl-C or hang-up for the command's group must not end the relay the
             # command may still use while it cleans up.
-            for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM):
-                signal.signal(sig, signal.SIG_IGN)
+            for sig in (_signal.SIGINT, _signal.SIGQUIT, _signal.SIGHUP, _signal.SIGTERM):
+                _signal.signal(sig, _signal.SIG_IGN)
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
