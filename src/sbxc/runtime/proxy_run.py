@@ -115,11 +115,28 @@ def blocked_line(host: str, port: int, at: str, cwd: str, reason: str = "") -> s
     return f"sbxc: blocked {host}:{port} ({why}); allow it with \"{rule}\""
 
 
+def _private_folder(backend: str) -> str:
+    """A new 0700 folder for the proxy's socket. bwrap binds it at the same path, so it is
+    made in /tmp (a sticky folder every sandbox can show, or mount over); the other
+    backends use the caller's runtime folder where there is one."""
+    base = "/tmp"
+    if backend != "bwrap":
+        runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+        if runtime.startswith("/") and os.path.isdir(runtime):
+            base = runtime
+    for _ in range(16):
+        name = os.path.join(base, "sbxc-proxy-" + os.urandom(8).hex())
+        try:
+            os.mkdir(name, 0o700)  # fails on an existing name, link or not: never reused
+        except FileExistsError:
+            continue
+        return name
+    raise OSError("could not make a private folder for the proxy's socket")
+
+
 def start_proxy(rt: dict, backend: str, env: dict) -> ProxyRun:
     """Start the proxy for the plan's runtime section ``rt``; ``env`` (the command's) gets
     the proxy variables. Refusal (125) when it cannot start."""
-    import tempfile
-
     from .proxy import Proxy
 
     section = rt.get("proxy") or {}
@@ -128,8 +145,7 @@ def start_proxy(rt: dict, backend: str, env: dict) -> ProxyRun:
         rules.append((host, tuple(ports), f"{place}: {text}"))
     folder = ""
     try:
-        base = os.environ.get("XDG_RUNTIME_DIR") if backend != "bwrap" else None
-        folder = tempfile.mkdtemp(prefix="sbxc-proxy-", dir=base if base and os.path.isdir(base) else None)
+        folder = _private_folder(backend)
         if backend == "bwrap":
             unix_path = os.path.join(folder, "proxy.sock")
             proxy = Proxy(rules, unix_path=unix_path, tcp_host=None)
