@@ -1,6 +1,7 @@
 """The forwarder inside a bwrap sandbox with host rules: listens on a loopback TCP port of
 the sandbox's own network namespace and relays each connection to the proxy's Unix socket
-(bound into the sandbox), then execs the command.
+(bound into the sandbox), then execs the command. It hands each accepted socket itself
+to the proxy (SCM_RIGHTS) and keeps none: the traffic never passes through it.
 
     python -I -S proxy_forward.py SOCKET PORT CMD [ARGS...]
 
@@ -9,8 +10,8 @@ the command: it can do nothing the command could not. It listens before the comm
 starts (a client's first connection never finds the port closed), then forks: the child
 serves; this process execs the command, so the command keeps bwrap's child pid, its exit
 status and its signals. The server child ends with the sandbox (bwrap's PID namespace is
-torn down when the command ends). Builtin modules only (``_socket``, ``_thread``, not
-``socket`` and ``threading``, which pull in enum and more), no sbxc import, started with
+torn down when the command ends). Builtin modules only (``_socket``, not ``socket``, which
+pulls in enum and more), no sbxc import, started with
 ``-I -S`` (no site, no user paths): it adds a few milliseconds to the start.
 """
 import os
@@ -18,50 +19,19 @@ import sys
 
 import _signal
 import _socket
-import _thread
 
-_BUF = 1 << 18
-
-
-def _pump(src, dst) -> None:
-    buf = bytearray(_BUF)
-    view = memoryview(buf)
-    try:
-        while True:
-            n = src.recv_into(buf)
-            if not n:
-                break
-            dst.sendall(view[:n])
-    except OSError:
-        pass
-    try:
-        dst.shutdown(_socket.SHUT_WR)
-    except OSError:
-        pass
-
-
-def _pump_and_release(src, dst, lock) -> None:
-    try:
-        _pump(src, dst)
-    finally:
-        lock.release()
-
-
-def _serve_one(conn, path: str) -> None:
+def _hand_over(fd: int, path: str) -> None:
+    """Pass the accepted socket to the proxy (one 0 byte with SCM_RIGHTS) and let go of
+    it: the proxy relays from it directly, so no byte of the traffic passes through here."""
     up = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         up.connect(path)
+        up.sendmsg([b"\x00"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fd.to_bytes(4, sys.byteorder))])
     except OSError:
-        conn.close()
+        pass  # the client sees its connection closed
+    finally:
         up.close()
-        return
-    done = _thread.allocate_lock()
-    done.acquire()
-    _thread.start_new_thread(_pump_and_release, (up, conn, done))
-    _pump(conn, up)
-    done.acquire()  # the other direction has ended too
-    conn.close()
-    up.close()
+        os.close(fd)
 
 
 def _serve(lst, path: str) -> None:
@@ -72,9 +42,7 @@ def _serve(lst, path: str) -> None:
             continue
         except OSError:
             return
-        conn = _socket.socket(fileno=fd)
-        conn.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
-        _thread.start_new_thread(_serve_one, (conn, path))
+        _hand_over(fd, path)
 
 
 def main(argv) -> int:
