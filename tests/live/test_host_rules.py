@@ -30,13 +30,13 @@ pport = int(pport)
 
 def via_proxy(url):
     try:
-        with urllib.request.urlopen(url, timeout=10) as r:
+        with urllib.request.urlopen(url, timeout=30) as r:
             print("STATUS", r.status, r.read().decode())
     except urllib.error.HTTPError as e:
         print("STATUS", e.code)
 
 def connect(target, host_header):
-    s = socket.create_connection((phost, pport), timeout=10)
+    s = socket.create_connection((phost, pport), timeout=30)
     s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {host_header}\r\n\r\n".encode())
     head = b""
     while b"\r\n\r\n" not in head:
@@ -65,7 +65,7 @@ elif mode == "tls":
     print("STATUS", status, data.split(b"\r\n\r\n", 1)[-1].decode())
 elif mode == "socks":
     host, port = arg[0], int(arg[1])
-    s = socket.create_connection((phost, pport), timeout=10)
+    s = socket.create_connection((phost, pport), timeout=30)
     s.sendall(b"\x05\x01\x00")
     assert s.recv(2) == b"\x05\x00"
     try:
@@ -229,3 +229,24 @@ def test_proxy_variables_for_the_toolchains(sbxc, backend, upstream):
         assert env.get(name, "").startswith("http://127.0.0.1:"), (name, r)
     assert env["ALL_PROXY"].startswith("socks5h://127.0.0.1:") and env["all_proxy"] == env["ALL_PROXY"]
     assert env["NO_PROXY"] == "" and env["no_proxy"] == ""
+
+
+def test_bwrap_proxy_folder_is_read_only_inside(sbxc, upstream):
+    """The proxy's folder is bound in for its socket only: the command cannot create a file
+    in that host folder, and the proxy still serves through the socket."""
+    code = (
+        "import os\n"
+        "dirs = [l.split()[4] for l in open('/proc/self/mountinfo') if 'sbxc-proxy-' in l.split()[4]]\n"
+        "print('FOLDERS', len(dirs))\n"
+        "try:\n"
+        "    open(os.path.join(dirs[0], 'planted'), 'w')\n"
+        "    print('WROTE')\n"
+        "except OSError as e:\n"
+        "    print('REFUSED', e.errno)\n")
+    path = os.path.join(sbxc.project, "probe.py")
+    with open(path, "w") as f:
+        f.write(code)
+    r = sbxc(policy("bwrap", f"allow 127.0.0.1:{upstream}"), sys.executable, "-I", path)
+    assert "FOLDERS 1" in r.out and "REFUSED" in r.out, r
+    r = client(sbxc, "bwrap", [f"allow 127.0.0.1:{upstream}"], "get", f"http://127.0.0.1:{upstream}/")
+    assert "STATUS 200 hello from upstream" in r.out, r

@@ -103,8 +103,10 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         if proxy is None or not proxy.unix_path:
             raise Refusal("the plan has host rules but no proxy was started for it", "report this")
         # The proxy's private folder, at the same path: the only way out of the sandbox's
-        # network namespace, which has loopback alone.
-        binds = ["--bind", proxy.folder, proxy.folder]
+        # network namespace, which has loopback alone. Read-only: connect(2) to a socket
+        # is not refused on a read-only mount (only files, folders and links are), and the
+        # command can create nothing in a host folder the policy does not grant.
+        binds = ["--ro-bind", proxy.folder, proxy.folder]
         try:
             at = opts.index("--remount-ro")
         except ValueError:
