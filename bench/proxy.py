@@ -1,7 +1,7 @@
 """Throughput and per-connection cost of the host-rule proxy (sbxc.runtime.proxy), side by
 side with direct connections, in one run.
 
-    .venv/bin/python bench/proxy.py [--mb 200] [--rounds 5] [--conns 300]
+    .venv/bin/python bench/proxy.py [--mb 200] [--rounds 5] [--conns 300] [--exec-runs 30]
 
 It starts its own loopback servers in a forked process (so the server, the proxy and the
 client each have a process, as in a real run): a bulk server that sends the requested
@@ -148,12 +148,50 @@ def _proxy(ports, splice: bool) -> Proxy:
     return p
 
 
+def exec_startup(runs: int) -> None:
+    """Median wall time of a cached `sbxc exec -- true`, network off against host rules
+    (a ``.invalid`` host: nothing is contacted), per backend, runs interleaved."""
+    import subprocess
+    import tempfile
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.path.join(here, "..", "src"))
+    with tempfile.TemporaryDirectory() as d:
+        cases = {}
+        for backend in ("bwrap", "landlock"):
+            for label, net in (("network off", "false"), ("host rules", "[allow pkgs.example.invalid]")):
+                path = os.path.join(d, f"{backend}-{label[0]}.yaml")
+                with open(path, "w") as f:
+                    f.write(f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork: {net}\n")
+                cases[(backend, label)] = [sys.executable, "-m", "sbxc", "exec", "--policy", path, "--", "true"]
+        times = {k: [] for k in cases}
+        for argv in cases.values():
+            subprocess.run(argv, cwd=d, env=env, check=True)  # compile and cache the plan
+        for _ in range(runs):
+            for k, argv in cases.items():
+                t = time.perf_counter()
+                subprocess.run(argv, cwd=d, env=env, check=True)
+                times[k].append((time.perf_counter() - t) * 1000)
+    print(f"exec start-up, `sbxc exec -- true`, cached plan, {runs} runs each (ms: median, min)")
+    for backend in ("bwrap", "landlock"):
+        off = statistics.median(times[(backend, "network off")])
+        for label in ("network off", "host rules"):
+            v = times[(backend, label)]
+            extra = "" if label == "network off" else f"  +{statistics.median(v) - off:.1f}"
+            print(f"  {backend:8} {label:12} {statistics.median(v):7.1f} {min(v):7.1f}{extra}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--conns", type=int, default=300)
+    ap.add_argument("--exec-runs", type=int, default=0,
+                    help="also time `sbxc exec -- true` with the network off and with host rules, "
+                         "this many runs each per backend (cached plans)")
     args = ap.parse_args()
+    if args.exec_runs:
+        exec_startup(args.exec_runs)
     pids, (bulk_port, ping_port) = start_servers()
     have_splice = proxy_relay.HAVE_SPLICE
     copying = _proxy((bulk_port, ping_port), False)

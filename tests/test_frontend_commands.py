@@ -184,7 +184,8 @@ project: .
 backend: auto
 home: read-only
 filesystem: [read /]
-network: [connect tcp 443]
+network: [connect tcp 443, allow @db]
+host_groups: {db: [db.example.org:5432]}
 cache: {tools: [pip], root: "/var/tmp/sbxc-{uid}", required: false}
 env: {pass: [PATH], set: {A: b}}
 landlock: {min_abi: 1, best_effort: false}

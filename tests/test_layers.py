@@ -24,6 +24,7 @@ LEAVES = frozenset({
     "sbxc.denylist",    # the builtin syscall deny list and its reasons
     "sbxc.landlock_abi",  # Landlock's access rights per ABI
     "sbxc.linkwalk",    # resolving a path link by link
+    "sbxc.hostnames",   # host names and addresses of `allow` rules (compiler and proxy)
 })
 
 # What each layer may import besides itself and the leaves.

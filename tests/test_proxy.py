@@ -9,6 +9,7 @@ import select
 import shutil
 import signal
 import socket
+import sys
 import ssl
 import subprocess
 import threading
@@ -595,3 +596,58 @@ def test_listens_on_loopback_only_and_refuses_bad_rules():
 
 def test_default_resolver_is_getaddrinfo():
     assert set(proxy_server.default_resolver("localhost")) <= LOOPBACK
+
+
+def _hand(path, fd):
+    u = socket.socket(socket.AF_UNIX)
+    u.settimeout(5)
+    u.connect(path)
+    u.sendmsg([b"\x00"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fd.to_bytes(4, sys.byteorder))])
+    return u
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_a_handed_over_tcp_socket_is_served_directly(tmp_path, echo, mode):
+    """The bwrap forwarder's hand-off: the accepted TCP socket itself goes to the proxy,
+    which serves it as a client; the forwarder's own connection carries nothing."""
+    path = str(tmp_path / "proxy.sock")
+    p = start([("127.0.0.1", (echo.port,))], mode=mode, unix_path=path, tcp_host=None)
+    lst = socket.create_server(("127.0.0.1", 0))
+    try:
+        client = socket.create_connection(lst.getsockname(), timeout=5)
+        accepted, _ = lst.accept()
+        u = _hand(path, accepted.fileno())
+        accepted.close()
+        u.close()  # the forwarder lets go at once
+        client.sendall(f"CONNECT 127.0.0.1:{echo.port} HTTP/1.1\r\nHost: 127.0.0.1:{echo.port}\r\n\r\n".encode())
+        assert read_head(client).startswith(b"HTTP/1.1 200")
+        assert tunnel_works(client)
+        client.close()
+        # A direct Unix client still works beside it.
+        s, head = connect(p, f"127.0.0.1:{echo.port}")
+        assert head.startswith(b"HTTP/1.1 200") and tunnel_works(s)
+        s.close()
+    finally:
+        lst.close()
+        p.stop()
+
+
+def test_a_handed_over_descriptor_that_is_not_a_tcp_socket_is_dropped(tmp_path, echo):
+    path = str(tmp_path / "proxy.sock")
+    p = start([("127.0.0.1", (echo.port,))], unix_path=path, tcp_host=None)
+    try:
+        f = open(tmp_path / "file", "w+")
+        a, b = socket.socketpair()
+        for fd in (f.fileno(), a.fileno()):
+            u = _hand(path, fd)
+            assert read_all(u) == b""  # closed, nothing served
+            u.close()
+        f.close()
+        a.close()
+        b.close()
+        s, head = connect(p, f"127.0.0.1:{echo.port}")  # the proxy goes on serving
+        assert head.startswith(b"HTTP/1.1 200")
+        s.close()
+    finally:
+        p.stop()
+    assert p.failure is None

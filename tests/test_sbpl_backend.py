@@ -306,3 +306,37 @@ def test_hidden_home_keeps_the_way_to_the_project_resolvable():
     assert prof.allows("file-write-create", PROJ + "/x")
     v = {x.subject: x for x in low.verdicts}["home: hidden (mask /Users/u)"]
     assert v.status == "partial" and "metadata" in v.why
+
+
+def test_host_rules_allow_only_the_proxy_port():
+    from sbxc.compiler.plan import HostRule
+
+    net = Network("hosts", (NetRule("connect", "tcp", 22, 22, Span("p", 9, 1)),),
+                  Span("p", 8, 1), (HostRule("example.org", (80, 443), Span("p", 10, 1), "allow example.org"),))
+    low = lower(default_like(network=net), HOST)
+    assert '(remote tcp (param "SBXC_PROXY"))' in low.data["profile"]
+    params = runtime_params(low.data)
+    params["SBXC_PROXY"] = "localhost:41234"  # what the runner passes once the proxy listens
+    prof = load(low.data["profile"], params)
+    assert prof.allows("network-outbound", proto="tcp", host="localhost", port=41234)
+    assert prof.allows("network-outbound", proto="tcp", host="127.0.0.1", port=41234)
+    assert not prof.allows("network-outbound", proto="tcp", host="1.1.1.1", port=41234)
+    assert not prof.allows("network-outbound", proto="tcp", host="1.1.1.1", port=443)  # only through the proxy
+    assert not prof.allows("network-outbound", proto="tcp", host="localhost", port=41235)
+    assert not prof.allows("network-outbound", proto="udp", host="localhost", port=41234)
+    assert prof.allows("network-outbound", proto="tcp", host="1.1.1.1", port=22)  # the port rule stays
+    # name lookups go through the proxy, never mDNSResponder
+    assert not prof.allows("network-outbound", "/private/var/run/mDNSResponder")
+    status = {v.subject: v.status for v in low.verdicts}
+    assert status["allow example.org"] == "enforced"
+    assert status["network: host rules"] == "partial"
+
+
+def test_runner_passes_the_proxy_port():
+    from sbxc.runtime.errors import Refusal
+    from sbxc.runtime.sbpl_run import param_args
+
+    assert param_args([{"name": "SBXC_PROXY", "source": "proxy", "default": ""}], "", "", 41234) == [
+        "-D", "SBXC_PROXY=localhost:41234"]
+    with pytest.raises(Refusal):
+        param_args([{"name": "SBXC_PROXY", "source": "proxy", "default": ""}], "", "", 0)

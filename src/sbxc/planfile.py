@@ -42,6 +42,7 @@ def runtime_section(plan) -> dict:
             "required": plan.cache.required,
         },
         "network": plan.network.mode,
+        **({"proxy": proxy_section(plan.network)} if plan.network.hosts else {}),
         # Re-checked at run time: a path that became a symlink (or changed kind) since
         # compile time makes the run refuse (125); so does a masked path that was missing
         # then and exists now (the plan has nothing to hide it with). Not the cache's rules:
@@ -88,6 +89,16 @@ def offline_env(mode: str, backend: str) -> list:
     if mode == "off" or (mode == "rules" and backend in ("bwrap", "oci")):
         return [list(kv) for kv in OFFLINE_ENV]
     return []
+
+
+def proxy_section(network) -> dict:
+    """What the runtime's proxy needs (plans with host rules only): each rule as plain data
+    ``[host, [ports], "file:line:col", rule text]``, and where the network setting was written
+    (for the feedback line after a refusal)."""
+    return {
+        "rules": [[h.host, list(h.ports), f"{h.span.file}:{h.span.line}:{h.span.col}", h.text] for h in network.hosts],
+        "at": f"{network.span.file}:{network.span.line}" if network.span.line else network.span.file,
+    }
 
 
 def build(plan, host, backend: str, lowered: dict, verdicts, warnings=()) -> dict:

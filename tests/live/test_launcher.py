@@ -114,6 +114,26 @@ def test_cached_exec_through_launcher_imports_little(launcher, bwrap_works, proj
     tops = {m.split(".")[0] for m in loaded}
     for heavy in ("site", "sitecustomize", "re", "json", "yaml", "lark", "pyseccomp", "enum", "subprocess"):
         assert heavy not in tops, (heavy, sorted(loaded))
+    # Without host rules nothing of the proxy is loaded.
+    assert not [m for m in loaded if m.startswith("sbxc.runtime.proxy") or m == "sbxc.hostnames"], sorted(loaded)
+
+
+def test_cached_exec_with_host_rules_imports_little(launcher, bwrap_works, project, home):
+    """With host rules the proxy is loaded, and still nothing heavy in sbxc's own process."""
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write("sbxc: 1\nextends: [builtin:default]\nbackend: bwrap\nnetwork: [allow example.invalid:8443]\n")
+    env = base_env(home)
+    first = run([launcher, "exec", "--", "/bin/true"], env=env, cwd=project)
+    assert first.rc == 0, first
+    line = interpreter_line(launcher)
+    r = run([line[0], *line[1:], "-X", "importtime", launcher, "exec", "--", "/bin/true"], env=env, cwd=project)
+    assert r.rc == 0, r
+    loaded = {ln.split("|")[-1].strip() for ln in r.err.splitlines() if ln.startswith("import time:")}
+    assert "sbxc.runtime.proxy_run" in loaded, r.err[-2000:]
+    tops = {m.split(".")[0] for m in loaded}
+    for heavy in ("site", "sitecustomize", "re", "json", "yaml", "lark", "pyseccomp", "enum", "subprocess",
+                  "socket", "threading", "tempfile"):
+        assert heavy not in tops, (heavy, sorted(loaded))
 
 
 def test_python_variables_cannot_choose_sbxc_code(launcher, tmp_path, home):

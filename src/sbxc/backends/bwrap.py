@@ -42,7 +42,7 @@ nothing more than the command does.
 from __future__ import annotations
 
 from ..compiler.plan import (
-    BUILTIN_SPAN, KIND_DIR, KIND_MISSING, KIND_OTHER, MASK, NET_OFF, NET_ON, NET_RULES,
+    BUILTIN_SPAN, KIND_DIR, KIND_MISSING, KIND_OTHER, MASK, NET_HOSTS, NET_OFF, NET_ON, NET_RULES,
     READ, TMPFS, WRITE, PathRule, Plan, is_within, path_depth,
 )
 from ..layout import BWRAP_EMPTY_FD as EMPTY_FD  # noqa: F401 (the runtime's placeholder too)
@@ -212,7 +212,9 @@ def lower(plan: Plan, host) -> Lowered:
         "--unshare-cgroup-try",
     ]
     net = plan.network
-    if net.mode in (NET_OFF, NET_RULES):
+    if net.mode in (NET_OFF, NET_RULES, NET_HOSTS):
+        # Host rules too: the command's namespace has loopback only; the runtime binds the
+        # proxy's Unix socket in and a forwarder inside relays a loopback port to it.
         argv.append("--unshare-net")
     if not host.bwrap_version or _version_at_least(host.bwrap_version, (0, 8)):
         # No new user namespaces inside (bwrap >= 0.8); the seccomp filter refuses them too.
@@ -245,6 +247,10 @@ def lower(plan: Plan, host) -> Lowered:
     elif net.mode == NET_OFF:
         verdicts.append(verdict(NAME, "network: false", ENFORCED, net.span))
     else:
+        for h in net.hosts:
+            verdicts.append(verdict(NAME, host_subject(h), ENFORCED, h.span,
+                                    "through sbxc's proxy: the command's network namespace has loopback only, "
+                                    "and the proxy is reached through a Unix socket bound into the sandbox"))
         for r in net.rules:
             ports = str(r.port_lo) if r.port_lo == r.port_hi else f"{r.port_lo}-{r.port_hi}"
             verdicts.append(verdict(NAME, f"{r.op} {r.proto} {ports}", NARROWED, r.span,
@@ -271,3 +277,10 @@ def lower(plan: Plan, host) -> Lowered:
 
 def _first_span(plan: Plan):
     return plan.fs[0].span if plan.fs else BUILTIN_SPAN
+
+
+def host_subject(h) -> str:
+    """The report's subject for one host rule (a group's host names its group)."""
+    ports = "" if h.ports == (80, 443) else ":" + ",".join(str(p) for p in h.ports)
+    where = f" (@{h.group}: {h.source})" if h.group else ""
+    return f"allow {h.host}{ports}{where}"

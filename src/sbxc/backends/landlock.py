@@ -20,7 +20,7 @@ from __future__ import annotations
 from ..compiler.decide import decide
 from ..hostfacts import listing_digest
 from ..compiler.plan import (
-    KIND_DIR, KIND_MISSING, MASK, NET_OFF, NET_ON, NET_RULES, NONE, READ, TMPFS, WRITE,
+    KIND_DIR, KIND_MISSING, MASK, NET_HOSTS, NET_OFF, NET_ON, NET_RULES, NONE, READ, TMPFS, WRITE,
     BUILTIN_SPAN, Plan, PathRule, below_range, is_within,
 )
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, Verdict, verdict
@@ -350,6 +350,18 @@ def lower(plan: Plan, host) -> Lowered:
             why += ("; listen() on a TCP socket that was never bound takes an ephemeral port without "
                     "Landlock's bind check, so the command can accept connections on a port no rule names")
         L.v(f"network: [{rules}]", status, net.span, why)
+    elif net.mode == NET_HOSTS:
+        from .bwrap import host_subject
+
+        for h in net.hosts:
+            L.v(host_subject(h), ENFORCED, h.span, "through sbxc's proxy, the only TCP port the command may connect to")
+        L.v("network: host rules", PARTIAL, net.span,
+            "TCP connect is allowed to the proxy's port only, but on any address: a service listening on that "
+            "port number elsewhere (the host's loopback included) is reachable too; every other socket is refused "
+            "as with network: false (UDP and DNS included: names are resolved by the proxy)"
+            + ("; the listed ports stay open as port rules: " + ", ".join(
+                f"{r.op} tcp {r.port_lo}" + (f"-{r.port_hi}" if r.port_hi != r.port_lo else "") for r in net.rules)
+               if net.rules else ""))
     else:
         L.v("network: true", ENFORCED, net.span)
     L.v("socket families", NARROWED, BUILTIN_SPAN, seccomp.families_verdict_text())
@@ -435,4 +447,7 @@ def lower(plan: Plan, host) -> Lowered:
         "listed": [[d, listing_digest(e)] for d, e in sorted(L.used.items())],
         "seccomp": bpf.hex(),
     }
+    if net.mode == NET_HOSTS:
+        # The proxy's port is known only once it listens: the runtime adds its connect rule.
+        data["proxy_port"] = True
     return Lowered(BACKEND, data, tuple(L.verdicts))

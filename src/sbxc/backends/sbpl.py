@@ -309,7 +309,7 @@ def lower(plan: Plan, host) -> Lowered:
                                 "the command can also read " + ", ".join(system)
                                 + " (system libraries every macOS process needs to start)"))
 
-    out += ["", "; Network."] + _network(plan, verdicts)
+    out += ["", "; Network."] + _network(plan, verdicts, params)
 
     guarded = _protected_ancestors(plan, exprs)
     protect = {a for ancestors in guarded.values() for a in ancestors}
@@ -460,7 +460,11 @@ _TMPFS_WHY = ("Seatbelt cannot mount a private folder: the path is denied (nothi
               "in TMPDIR instead, deleted after the run")
 
 
-def _network(plan: Plan, verdicts: list) -> list[str]:
+PARAM_PROXY = "SBXC_PROXY"
+"""The proxy's ``localhost:PORT``, known once it listens (runtime/sbpl_run)."""
+
+
+def _network(plan: Plan, verdicts: list, params: "_Params | None" = None) -> list[str]:
     net = plan.network
     if net.mode == NET_ON:
         verdicts.append(verdict(BACKEND, "network: true", ENFORCED, net.span))
@@ -482,6 +486,19 @@ def _network(plan: Plan, verdicts: list) -> list[str]:
         return ["; Off: (deny default) refuses every IP socket operation; Unix-socket connects",
                 "; follow the filesystem rules below."]
     lines = []
+    if net.hosts and params is not None:
+        from .bwrap import host_subject
+
+        name = params.runtime(PARAM_PROXY, "proxy", "")
+        lines += ["; Host rules: the proxy's local port only; it connects where the rules allow.",
+                  _rule("allow", ("network-outbound",), [f"(remote tcp (param {sbpl_string(name)}))"])]
+        for h in net.hosts:
+            verdicts.append(verdict(BACKEND, host_subject(h), ENFORCED, h.span, "through sbxc's proxy"))
+        verdicts.append(verdict(BACKEND, "network: host rules", PARTIAL, net.span,
+                                "TCP connect is allowed to the proxy's port on localhost only; Seatbelt's "
+                                "localhost filter covers every loopback address, so a local service on that "
+                                "port number would be reachable too; name lookups (mDNSResponder) and UDP are "
+                                "refused: names are resolved by the proxy"))
     for r in net.rules:
         subject = f"{r.op} {r.proto} {r.port_lo}" + (f"-{r.port_hi}" if r.port_hi != r.port_lo else "")
         ports = _ports(r.port_lo, r.port_hi)
@@ -497,7 +514,7 @@ def _network(plan: Plan, verdicts: list) -> list[str]:
             lines.append(_rule("allow", ("network-bind", "network-inbound"),
                                [f'(local tcp "*:{p}")' for p in ports]))
         verdicts.append(verdict(BACKEND, subject, ENFORCED, r.span))
-    if net.rules:
+    if net.rules and not net.hosts:
         verdicts.append(verdict(BACKEND, "network: rules", NARROWED, net.span,
                                 "name lookups (mDNSResponder) are not allowed, so connect by address; "
                                 "UDP is refused"))

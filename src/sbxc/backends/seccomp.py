@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 
-from ..compiler.plan import NET_OFF, NET_ON, NET_RULES, Network, SyscallPlan
+from ..compiler.plan import NET_HOSTS, NET_OFF, NET_ON, NET_RULES, Network, SyscallPlan
 from ..denylist import (  # noqa: F401  (the tables, data only; re-exported for the report and tests)
     ALLOWED_FAMILIES, BUILTIN_ARG_FILTERS, BUILTIN_DENY, HOST_IPC_DENY, LANDLOCK_SOCKET_GAPS, PROCESS_CALLS,
     ROOT_METADATA_DENY, SOCKET_FAMILIES, families_verdict_text, refused_families,
@@ -167,11 +167,12 @@ def _socket_rules(s, f, eperm, syscalls: SyscallPlan, network: Network) -> None:
     families = [AF_NETLINK]
     if syscalls.allow_unix_sockets:
         families.append(AF_UNIX)
-    if network.mode in (NET_ON, NET_RULES):
+    if network.mode in (NET_ON, NET_RULES, NET_HOSTS):
         families += [AF_INET, AF_INET6]
     _family_rules(s, f, eperm, tuple(sorted(families)))
 
-    if network.mode == NET_RULES:
+    if network.mode in (NET_RULES, NET_HOSTS):
+        # Host rules: the proxy's port is a TCP port rule added at run time.
         # Only plain TCP: SOCK_STREAM with protocol 0 or IPPROTO_TCP. MPTCP (262) and
         # SCTP are stream sockets too, but Landlock's TCP port rules do not see them.
         for fam in (AF_INET, AF_INET6):

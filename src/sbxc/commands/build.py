@@ -111,6 +111,9 @@ def compile_for_exec(policy, backend, network, environ, cwd: str, gate=None) -> 
     pf = json.loads(dumps(build(res.plan, host, res.backend, lowered.data, lowered.verdicts, warnings)))
     return {
         "plan": pf,
-        "sources": [[p, d] for p, d in res.sources],
+        # Host groups were read from toolchain configuration files: a change there (or a
+        # file that appears) compiles the plan again, as a policy file's change does.
+        "sources": [[p, d] for p, d in res.sources] + [
+            [p, d] for p, d in res.plan.network.inputs if p.startswith("/") and (len(d) == 64 or d == "")],
         "env": [[k, v] for k, v in res.env_used.items()],
     }

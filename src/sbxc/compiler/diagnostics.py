@@ -68,6 +68,10 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX042": (WARNING, "mask {path}: the path is missing and its parent is writable, so the command could create it"),
     "SBX043": (WARNING, "network rule {rule} is already covered"),
     "SBX044": (WARNING, "env.pass \"{glob}\" lets secrets through, e.g. {example}"),
+    "SBX046": (ERROR, "invalid host \"{target}\": {why}"),
+    "SBX047": (ERROR, "unknown host group \"@{name}\"{suggest}"),
+    "SBX048": (WARNING, "network rule {rule} can never be used: {why}"),
+    "SBX049": (WARNING, "{rule}: {why}"),
     "SBX045": (WARNING, "{key} is accepted but not enforced: per-session workspaces are not part of this version"),
     "SBX046": (WARNING, "\"{written}\" looks like a Windows variable, which sbxc does not expand; the path keeps it as written{suggest}"),
     # enforcement (from the backends' reports)

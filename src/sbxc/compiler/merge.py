@@ -12,7 +12,7 @@ from typing import Optional
 from .diagnostics import Diagnostic, Related, diag, suggest
 from .frontend import builtin_names, read_builtin, read_policy_file
 from .plan import Span
-from .rules import FsRuleAst, NetRuleAst
+from .rules import FsRuleAst, HostRuleAst, NetRuleAst
 from .settings import (KEYS, CacheSettings, EnvSettings, LandlockSettings, Settings, SyscallSettings, Value,
                        WorkspaceSettings)
 from .source import SourceFile, point
@@ -63,6 +63,9 @@ def _net_level(v) -> int:
 
 
 def _net_covered(rule, rules) -> bool:
+    if rule.op == "allow":
+        return any(r.op == "allow" and r.kind == rule.kind and r.canonical == rule.canonical
+                   and (r.port == rule.port or (r.port == 0 and rule.port in (80, 443))) for r in rules)
     return any(r.op == rule.op and r.proto == rule.proto and r.port_lo <= rule.port_lo and rule.port_hi <= r.port_hi
                for r in rules)
 
@@ -71,7 +74,7 @@ def describe_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (list, tuple)):
-        if v and isinstance(v[0], (NetRuleAst, FsRuleAst)):
+        if v and isinstance(v[0], (NetRuleAst, FsRuleAst, HostRuleAst)):
             return "[" + ", ".join(r.text for r in v) + "]"
         return "[" + ", ".join(str(getattr(x, "value", x)) for x in v) + "]"
     if v is None:
@@ -128,6 +131,11 @@ def _flatten(doc) -> list[tuple[str, object, Span, Span]]:
         if name in ("sbxc", "extends"):
             continue
         if isinstance(loc.value, dict):
+            if name == "host_groups":
+                # One setting per group: a later file's group of the same name replaces it.
+                for sub, sloc in loc.value.items():
+                    out.append((f"host_groups.{sub}", sloc.value, sloc.span, sloc.key_span or sloc.span))
+                continue
             for sub, sloc in loc.value.items():
                 if name == "env" and sub == "set":
                     out.append(("env.set", sloc.value, sloc.span, sloc.key_span or sloc.span))
@@ -308,6 +316,8 @@ def resolve(m: Merged) -> Settings:
         home=value("home"),
         filesystem=tuple(value("filesystem").value),
         network=value("network", lambda v: v if isinstance(v, bool) else tuple(v)),
+        host_groups=tuple((k.split(".", 1)[1], Value(list(s.value), s.span, s.base_dir))
+                          for k, s in sorted(m.settings.items()) if k.startswith("host_groups.")),
         cache=CacheSettings(value("cache.tools", names), value("cache.root"), value("cache.required")),
         env=EnvSettings(tuple(Value(x.value, x.span) for x in value("env.pass").value),
                         tuple(sorted((name, s.value) for name, s in m.env_set.items()))),

@@ -18,10 +18,11 @@ from ..layout import ROOT_ENV
 from .diagnostics import Related, diag
 from .expand import Expander, lexical, tmp_dir
 from .hostpaths import HostPaths
-from .plan import (BUILTIN_SPAN, KIND_DIR, KIND_MISSING, MASK, NET_OFF, NET_ON, NET_RULES, READ, STRICTNESS, TMPFS,
-                   WRITE, CachePlan, EnvPlan, LandlockPlan, NetRule, Network, PathRule, Plan, SkippedRule, Span,
+from .plan import (BUILTIN_SPAN, DEFAULT_HOST_PORTS, KIND_DIR, KIND_MISSING, MASK, NET_HOSTS, NET_OFF, NET_ON,
+                   NET_RULES, READ, STRICTNESS, TMPFS, WRITE, CachePlan, EnvPlan, HostRule, LandlockPlan, NetRule,
+                   Network, PathRule, Plan, SkippedRule, Span,
                    SyscallPlan, fs_sort_key, stricter)
-from .rules import FsRuleAst, NetRuleAst, PathAst
+from .rules import FsRuleAst, HostRuleAst, NetRuleAst, PathAst
 from .settings import (CacheSettings, EnvSettings, LandlockSettings, Settings, SyscallSettings, Value,
                        WorkspaceSettings)
 
@@ -43,6 +44,8 @@ class Context:
     paths: HostPaths
     env_used: dict = field(default_factory=dict)
     diags: list = field(default_factory=list)
+    group_reader: object = None
+    """Reads ``from TOOL`` group items (compiler/hostgroups.Reader); None: the real one."""
 
     def getenv(self, name: str) -> Optional[str]:
         v = self.environ.get(name)
@@ -88,7 +91,7 @@ def normalize(st: Settings, ctx: Context, root_dir: str, sources: tuple = ()) ->
     cands += _rule_candidates(expanded, ctx, user_dirs, skipped)
     fs = _one_rule_per_path(cands, ctx.diags)
     _check_undoable_masks(fs, ctx.diags)
-    network = _network(st.network, ctx.diags)
+    network = _network(st.network, ctx.diags, st.host_groups, lambda: _group_reader(ctx, home_real, project_real))
     env = _env(st.env, ctx.diags)
     syscalls = _syscalls(st.syscalls)
     landlock = _landlock(st.landlock)
@@ -310,13 +313,24 @@ def _check_undoable_masks(fs: tuple[PathRule, ...], diags: list) -> None:
 
 # ---------------------------------------------------------------- network, env, syscalls, landlock, workspace
 
-def _network(net: Value, diags: list) -> Network:
+def _group_reader(ctx: Context, home: str, project: str):
+    if ctx.group_reader is None:
+        from .hostgroups import Reader
+
+        ctx.group_reader = Reader(ctx.getenv, home, project)
+    return ctx.group_reader
+
+
+def _network(net: Value, diags: list, groups=(), reader=None) -> Network:
     span = _at(net)
     if isinstance(net.value, bool):
         return Network(NET_ON if net.value else NET_OFF, (), span)
     seen: list[NetRuleAst] = []
     out: list[NetRule] = []
+    hosts, inputs = _host_rules([r for r in net.value if r.op == "allow"], dict(groups), reader, diags)
     for r in net.value:
+        if r.op == "allow":
+            continue
         dup = next((x for x in seen if x.op == r.op and x.proto == r.proto
                     and x.port_lo <= r.port_lo and r.port_hi <= x.port_hi), None)
         if dup is not None:
@@ -325,7 +339,77 @@ def _network(net: Value, diags: list) -> Network:
         seen.append(r)
         out.append(NetRule(r.op, r.proto, r.port_lo, r.port_hi, r.span))
     out.sort(key=lambda n: (n.op, n.proto, n.port_lo, n.port_hi))
-    return Network(NET_RULES if out else NET_OFF, tuple(out), span)
+    mode = NET_HOSTS if hosts else NET_RULES if out else NET_OFF
+    return Network(mode, tuple(out), span, hosts, inputs)
+
+
+_LOOPBACK_ADDRS = ("127.0.0.1", "[::1]")
+
+
+def _host_rules(rules: list[HostRuleAst], groups: dict, reader, diags: list) -> tuple[tuple[HostRule, ...], tuple]:
+    """Host rules with groups expanded: one ``HostRule`` per host, duplicates reported."""
+    from .diagnostics import suggest
+
+    out: list[HostRule] = []
+    where: dict[str, HostRuleAst] = {}
+    used_reader = None
+    for r in rules:
+        if r.kind != "group":
+            ports = (r.port,) if r.port else DEFAULT_HOST_PORTS
+            prev = next((h for h in out if h.host == r.canonical and set(ports) <= set(h.ports) and not h.group), None)
+            if prev is not None:
+                diags.append(diag("SBX043", r.span, rule=r.text,
+                                  related=[Related(prev.span, f"{prev.text} given here")]))
+                continue
+            if r.kind == "addr" and r.is_public_addr and not r.port:
+                diags.append(diag("SBX049", r.target_span, rule=r.text,
+                                  why="an address rule admits connections made to that address only; a command "
+                                      "that connects by name needs a rule for the name",
+                                  hint="write the host's name, e.g. `allow example.org`, or give the port"))
+            out.append(HostRule(r.canonical, tuple(sorted(ports)), r.span, r.text))
+            continue
+        group = groups.get(r.canonical)
+        if group is None:
+            diags.append(diag("SBX047", r.target_span, name=r.canonical, suggest=suggest(r.canonical, groups),
+                              hint="a group is defined under host_groups: (the builtin toolchain profiles define "
+                                   "@python, @node, @rust, @go)"))
+            continue
+        before = len(out)
+        for item in group.value:
+            if item.kind == "from":
+                if reader is not None:
+                    used_reader = reader()
+                    found = used_reader.read(item.canonical)
+                    for host, port, source in found:
+                        out.append(HostRule(host.lower(), (port,), r.span, r.text, r.canonical, source))
+                continue
+            ports = (item.port,) if item.port else DEFAULT_HOST_PORTS
+            out.append(HostRule(item.canonical, tuple(sorted(ports)), r.span, r.text, r.canonical,
+                                f"host_groups.{r.canonical} ({item.span})"))
+        if len(out) == before:
+            diags.append(diag("SBX048", r.span, rule=r.text,
+                              why=f"the group @{r.canonical} holds no host here (a toolchain with no network "
+                                  "registry configured, or not installed)"))
+    # One entry per (host, ports): a host named by a rule and a group keeps the first.
+    uniq: dict[tuple, HostRule] = {}
+    for h in out:
+        uniq.setdefault((h.host, h.ports), h)
+    final = tuple(sorted(uniq.values(), key=lambda h: (h.host, h.ports)))
+    loopback_ports = {p for h in final if h.host in _LOOPBACK_ADDRS for p in h.ports}
+    for h in final:
+        if h.group:
+            continue
+        name = h.host[2:] if h.host.startswith("*.") else h.host
+        if name == "localhost" or name.endswith(".localhost"):
+            if not loopback_ports.intersection(h.ports):
+                diags.append(diag("SBX048", h.span, rule=h.text,
+                                  why="the name resolves to loopback, which the proxy connects to only where an "
+                                      "address rule names it",
+                                  hint="add `allow 127.0.0.1:PORT` for the port, if the host's own services are meant"))
+        elif name == "invalid" or name.endswith(".invalid"):
+            diags.append(diag("SBX048", h.span, rule=h.text, why="names under .invalid never resolve"))
+    inputs = tuple(sorted(used_reader.inputs.items())) if used_reader is not None else ()
+    return final, inputs
 
 
 def _env(es: EnvSettings, diags: list) -> EnvPlan:

@@ -83,18 +83,46 @@ class NetRule:
     span: Span
 
 
+@dataclass(frozen=True, slots=True)
+class HostRule:
+    """``allow HOST[:PORT]``, one per host after groups are expanded: enforced by the proxy."""
+
+    host: str
+    """In the proxy's reading: a lower-case ASCII name, ``*.parent`` (exactly one label more),
+    or an address (IPv6 in brackets)."""
+    ports: tuple[int, ...]
+    """Sorted; ``(80, 443)`` when the rule named none."""
+    span: Span
+    """The rule it came from (for a group, the ``allow @GROUP`` rule)."""
+    text: str
+    """The rule as written, e.g. ``allow example.org`` or ``allow @python``."""
+    group: str = ""
+    """The group's name when the host came from ``allow @GROUP``."""
+    source: str = ""
+    """Where a group's host was read from (a configuration file, a variable, a default)."""
+
+
+DEFAULT_HOST_PORTS = (80, 443)
+
 NET_ON = "on"
 NET_OFF = "off"
 NET_RULES = "rules"
+NET_HOSTS = "hosts"
 
 
 @dataclass(frozen=True, slots=True)
 class Network:
     mode: str
-    """``on``, ``off`` or ``rules`` (only the listed TCP ports)."""
+    """``on``, ``off``, ``rules`` (only the listed TCP ports) or ``hosts`` (host rules through
+    the proxy, with the listed TCP ports where the backend can allow them)."""
     rules: tuple[NetRule, ...] = ()
     span: Span = BUILTIN_SPAN
     """Where the winning setting came from (a file, or ``<command line>``)."""
+    hosts: tuple[HostRule, ...] = ()
+    """Sorted by (host, ports); what the proxy admits."""
+    inputs: tuple[tuple[str, str], ...] = ()
+    """What host groups were read from: (absolute file path, sha256 or "" when missing), or
+    (``$NAME``, the variable's value); a plan is stale when one changes."""
 
 
 @dataclass(frozen=True, slots=True)

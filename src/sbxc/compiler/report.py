@@ -65,10 +65,12 @@ def report_json(reports, selected: str) -> dict:
 def network_effect(mode: str, backend: str, host) -> str:
     """Why a network setting cannot take effect as written on ``host`` ("" when it can).
 
-    ``mode`` is the plan's ``on``/``off``/``rules``. Network on needs no enforcement.
+    ``mode`` is the plan's ``on``/``off``/``rules``/``hosts``. Network on needs no enforcement.
     """
     if mode == "on":
         return ""
+    if mode == "hosts":
+        return _hosts_effect(backend, host)
     if backend == "sandbox-exec":
         return "" if host.platform == "darwin" else "(no effect: sandbox-exec needs macOS)"
     if host.platform != "linux":
@@ -163,3 +165,21 @@ def render_sarif(diags, version: str, cwd=None) -> dict:
 
 def _in_file(span) -> bool:
     return bool(span.file) and span.file.startswith("/")
+
+
+def _hosts_effect(backend: str, host) -> str:
+    """What host rules become on ``backend`` here (print-config's effect column)."""
+    if backend == "sandbox-exec":
+        return ("(through sbxc's proxy; TCP connect to its localhost port only)" if host.platform == "darwin"
+                else "(no effect: sandbox-exec needs macOS)")
+    if host.platform != "linux":
+        return f"(no effect: {backend} needs Linux)"
+    if backend == "bwrap":
+        if not host.bwrap or not host.userns:
+            return "(no effect: bwrap cannot run here)"
+        return "(through sbxc's proxy; the command's network namespace has loopback only)"
+    if backend == "landlock":
+        if host.landlock_abi < 4:
+            return f"(no effect: host rules need Landlock ABI 4; this kernel has {host.landlock_abi})"
+        return "(partial: through sbxc's proxy; TCP connect to the proxy's port only, on any address)"
+    return ""

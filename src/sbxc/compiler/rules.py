@@ -57,7 +57,29 @@ class NetRuleAst:
 
 
 FS_VERBS = ("read", "write", "tmpfs", "mask")
-NET_OPS = ("connect", "bind")
+@dataclass(frozen=True, slots=True)
+class HostRuleAst:
+    """``allow HOST[:PORT]`` or ``allow @GROUP``, checked but with groups not yet expanded."""
+
+    host: str
+    """The host as written (``example.org``, ``*.files.example.org``, ``10.1.2.3``, ``[::1]``);
+    "" for a group."""
+    kind: str
+    """``name``, ``wild``, ``addr`` (sbxc.hostnames.parse_pattern), or ``group``."""
+    canonical: str
+    """The host in the proxy's reading (lower-case ASCII name, ``*.parent``, the address), or
+    the group's name."""
+    port: int
+    """0: the default ports (443 and 80)."""
+    span: Span
+    target_span: Span
+    text: str
+    is_public_addr: bool = False
+    op: str = "allow"
+
+
+NET_OPS = ("connect", "bind", "allow")
+PORT_OPS = ("connect", "bind")
 NET_PROTOS = ("tcp",)
 
 
@@ -163,15 +185,34 @@ def parse_net_rule(scalar: YScalar, diags: list[Diagnostic]) -> Optional[NetRule
     try:
         tree = rule_parser().parse(text, start="netrule")
     except lark.exceptions.LarkError as e:
-        diags.append(_lark_fail(e, scalar, "network rule", "`connect tcp PORT` or `bind tcp PORT-PORT`"))
+        diags.append(_lark_fail(e, scalar, "network rule",
+                                "`allow HOST[:PORT]`, `allow @GROUP`, `connect tcp PORT` or `bind tcp PORT-PORT`"))
         return None
-    op_tok, proto_tok, port_tok = tree.children
+    op_tok, args = tree.children[0], tree.children[1:]
     bad = _run_together(tree.children, scalar, "network rule")
     if bad is not None:
         diags.append(bad)
         return None
-    ok = True
+    if str(op_tok) == "allow":
+        if len(args) != 1:
+            diags.append(diag("SBX014", scalar.span_at(args[min(1, len(args) - 1)].start_pos), what="network rule",
+                              why="`allow` takes one host, e.g. `allow example.org` or `allow example.org:8443`",
+                              hint="write one rule per host"))
+            return None
+        return _host_rule(scalar, args[0], diags)
     if str(op_tok) not in NET_OPS:
+        diags.append(diag("SBX013", scalar.span_at(op_tok.start_pos, len(op_tok)), key="network",
+                          value=str(op_tok), suggest=suggest(str(op_tok), NET_OPS)))
+        return None
+    if len(args) != 2:
+        at = args[2].start_pos if len(args) > 2 else len(text)
+        diags.append(diag("SBX014", scalar.span_at(min(at, len(text) - 1)), what="network rule",
+                          why=("ends early; " if len(args) < 2 else "too many words; ")
+                          + "expected `connect tcp PORT` or `bind tcp PORT-PORT`"))
+        return None
+    proto_tok, port_tok = args
+    ok = True
+    if str(op_tok) not in PORT_OPS:
         diags.append(diag("SBX013", scalar.span_at(op_tok.start_pos, len(op_tok)), key="network",
                           value=str(op_tok), suggest=suggest(str(op_tok), NET_OPS)))
         ok = False
@@ -196,3 +237,95 @@ def parse_net_rule(scalar: YScalar, diags: list[Diagnostic]) -> Optional[NetRule
     if not ok:
         return None
     return NetRuleAst(str(op_tok), str(proto_tok), lo, hi, scalar.span, text)
+
+
+_GROUP = re.compile(r"@([a-z][a-z0-9_-]{0,63})")
+
+
+def _host_rule(scalar: YScalar, tok, diags: list[Diagnostic]) -> Optional[HostRuleAst]:
+    from .. import hostnames
+
+    raw = str(tok)
+    tspan = scalar.span_at(tok.start_pos, len(raw))
+    if raw.startswith("@"):
+        m = _GROUP.fullmatch(raw)
+        if not m:
+            diags.append(diag("SBX046", tspan, target=shorten(raw),
+                              why="a group name is lower-case letters, digits, - and _, after one @"))
+            return None
+        return HostRuleAst("", "group", m.group(1), 0, scalar.span, tspan, scalar.value)
+    if "/" in raw or "://" in raw:
+        diags.append(diag("SBX046", tspan, target=shorten(raw), why="a rule names a host, not a URL or a path",
+                          hint="write the host alone, e.g. `allow example.org`"))
+        return None
+    host, port_text = raw, ""
+    if raw.startswith("["):
+        end = raw.find("]")
+        if end > 0 and raw[end + 1:end + 2] == ":":
+            host, port_text = raw[:end + 1], raw[end + 2:]
+    elif raw.count(":") == 1:
+        host, port_text = raw.split(":")
+    port = 0
+    if port_text or raw.endswith(":"):
+        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535 or len(port_text) > 5:
+            diags.append(diag("SBX018", tspan, what=f"\"{shorten(port_text)}\" in {shorten(raw)}: ports are 1-65535"))
+            return None
+        port = int(port_text)
+    try:
+        kind, value = hostnames.parse_pattern(host)
+    except hostnames.BadTarget as e:
+        diags.append(diag("SBX046", tspan, target=shorten(raw), why=str(e)))
+        return None
+    public = False
+    if kind == "addr":
+        canonical = hostnames.display("addr", value)
+        public = hostnames.is_public(*value)
+    elif kind == "wild":
+        canonical = "*." + value
+    else:
+        canonical = value
+    return HostRuleAst(host, kind, canonical, port, scalar.span, tspan, scalar.value, public)
+
+
+GROUP_SOURCES = ("pip", "npm", "cargo", "go")
+"""Tools whose configured registries ``from TOOL`` reads (compiler/hostgroups.py)."""
+
+
+class _Word(str):
+    """A word of a group item, shaped like the Lark token ``_host_rule`` reads."""
+
+    start_pos: int = 0
+
+
+def _word(text: str, at: int) -> _Word:
+    w = _Word(text)
+    w.start_pos = at
+    return w
+
+
+def parse_group_item(scalar: YScalar, diags: list[Diagnostic]) -> Optional[HostRuleAst]:
+    """One item of a ``host_groups`` list: ``HOST[:PORT]`` or ``from TOOL``."""
+    text = scalar.value
+    words = text.split()
+    if not words:
+        diags.append(diag("SBX014", scalar.span, what="host group item", why="empty",
+                          hint="write a host, e.g. `example.org`, or `from pip`"))
+        return None
+    if words[0] == "from":
+        if len(words) != 2 or words[1] not in GROUP_SOURCES:
+            got = words[1] if len(words) > 1 else ""
+            diags.append(diag("SBX013", scalar.span_at(text.find(got) if got else 0, max(1, len(got))),
+                              key="host_groups", value=shorten(got or text),
+                              suggest=suggest(got, GROUP_SOURCES),
+                              hint="`from TOOL` reads the registries of one of: " + ", ".join(GROUP_SOURCES)))
+            return None
+        at = text.find(words[1])
+        return HostRuleAst("", "from", words[1], 0, scalar.span, scalar.span_at(at, len(words[1])), text)
+    if len(words) != 1:
+        diags.append(diag("SBX014", scalar.span_at(text.find(words[1])), what="host group item",
+                          why="one host per item", hint="write each host as its own item"))
+        return None
+    if words[0].startswith("@"):
+        diags.append(diag("SBX046", scalar.span, target=shorten(words[0]), why="a group cannot hold another group"))
+        return None
+    return _host_rule(scalar, _word(words[0], text.find(words[0])), diags)

@@ -58,7 +58,15 @@ def setting_rows(m: Merged, plan: Optional[Plan]) -> list[SettingRow]:
         s = m.env_set[name]
         beat = tuple((describe_value(v), _origin(sp, o)) for v, sp, o in s.beat)
         rows.append(SettingRow(f"env.set.{name}", s.value, _origin(s.span, s.origin), beat))
+    for key in sorted(k for k in m.settings if k.startswith("host_groups.")):
+        s = m.settings[key]
+        beat = tuple((describe_value(v), _origin(sp, o)) for v, sp, o in s.beat)
+        rows.append(SettingRow(key, describe_value(s.value), _origin(s.span, s.origin), beat))
     if plan is not None:
+        for h in plan.network.hosts:
+            ports = ",".join(str(p) for p in h.ports)
+            rows.append(SettingRow(f"network host {h.host}:{ports}",
+                                   f"@{h.group}: {h.source}" if h.group else h.text, "derived"))
         rows.append(SettingRow("project (resolved)", plan.project, "derived"))
         rows.append(SettingRow("cache folder", plan.cache.dir if plan.cache.enabled else "off", "derived"))
     return rows

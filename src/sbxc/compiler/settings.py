@@ -18,13 +18,13 @@ from .rules import FS_VERBS, FsRuleAst, NetRuleAst
 
 HOME_CHOICES = ("read-only", "hidden", "writable")
 FORMAT_VERSION = 1
-LOCKABLE = ("project", "backend", "home", "filesystem", "network", "cache", "env", "landlock", "syscalls", "workspace")
+LOCKABLE = ("project", "backend", "home", "filesystem", "network", "host_groups", "cache", "env", "landlock", "syscalls", "workspace")
 
 
 @dataclass(frozen=True)
 class Field:
     kind: str
-    """int, bool, str, enum, list, map, strmap, fsrule, netrule, network, syscall, envglob, size."""
+    """int, bool, str, enum, list, map, strmap, groups, fsrule, netrule, network, syscall, envglob, size."""
     doc: str = ""
     choices: tuple = ()
     item: Optional["Field"] = None
@@ -67,8 +67,12 @@ TABLE: tuple[Key, ...] = (
         None, "the policy file's folder"),
     Key("backend", Field("enum", "Sandbox backend.", choices=BACKEND_CHOICES), "auto"),
     Key("home", Field("enum", "The home folder inside the sandbox.", choices=HOME_CHOICES), "read-only"),
-    Key("network", Field("network", "true (default), false, or a list of `connect tcp PORT` / "
-                                    "`bind tcp PORT[-PORT]` rules.", item=Field("netrule")), True),
+    Key("network", Field("network", "true (default), false, or a list of rules: `allow HOST[:PORT]`, "
+                                    "`allow *.DOMAIN`, `allow @GROUP`, `connect tcp PORT`, "
+                                    "`bind tcp PORT[-PORT]`.", item=Field("netrule")), True),
+    Key("host_groups", Field("groups", "Named host groups for `allow @NAME`: NAME: [HOST[:PORT] or "
+                                       "`from TOOL` (pip, npm, cargo, go: the registries that tool is "
+                                       "configured to use here)].", item=Field("str")), (), row=False),
     Key("cache.tools", Field("list", "Tools whose caches point into the project's cache folder (default: all).",
                              item=Field("enum", choices=tuple(cachemod.TOOLS))), cachemod.DEFAULT_TOOLS, "all"),
     Key("cache.root", Field("str", "Cache root; must lie outside the home folder (default /var/tmp/sbxc-{uid})."),
@@ -101,11 +105,13 @@ FS_RULE_PATTERN = r"^[ \t]*(" + "|".join(FS_VERBS) + r")\??([ \t]+" + _PATH + r"
 # 1-65535, leading zeros allowed up to five digits, as the loader reads a port.
 _PORT = (r"(0{0,4}[1-9]|0{0,3}[1-9][0-9]|0{0,2}[1-9][0-9]{2}|0?[1-9][0-9]{3}|[1-5][0-9]{4}"
          r"|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])")
-NET_RULE_PATTERN = r"^[ \t]*(connect|bind)[ \t]+tcp[ \t]+" + _PORT + "(-" + _PORT + r")?[ \t]*$"
+NET_RULE_PATTERN = (r"^[ \t]*((connect|bind)[ \t]+tcp[ \t]+" + _PORT + "(-" + _PORT + r")?"
+                    r"|allow[ \t]+[^\s]+)[ \t]*$")
 SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 SIZE_PATTERN = r"^[1-9][0-9]{0,5}[KMGT]$"
 """Sizes as text: at most six digits, so even ``999999T`` stays below the 2**62 limit."""
-SCHEMA_ORDER = ("sbxc", "extends", "project", "backend", "home", "filesystem", "network", "cache", "env",
+SCHEMA_ORDER = ("sbxc", "extends", "project", "backend", "home", "filesystem", "network", "host_groups", "cache",
+                "env",
                 "landlock", "syscalls", "locked", "workspace")
 
 
@@ -161,6 +167,10 @@ def json_schema() -> dict:
         elif k == "size":
             d["oneOf"] = [{"type": "integer", "minimum": f.lo, "maximum": f.hi},
                           {"type": "string", "pattern": SIZE_PATTERN}]
+        elif k == "groups":
+            d["type"] = "object"
+            d["propertyNames"] = {"pattern": "^[a-z][a-z0-9_-]{0,63}$"}
+            d["additionalProperties"] = {"type": "array", "items": {"type": "string"}}
         elif k == "network":
             d["oneOf"] = [{"type": "boolean"}, {"type": "array", "items": conv(f.item)}]
         elif k == "syscall":
@@ -244,6 +254,8 @@ class Settings:
     home: Value[str]
     filesystem: tuple[FsRuleAst, ...]
     network: Value[Union[bool, tuple[NetRuleAst, ...]]]
+    host_groups: tuple
+    """(name, Value[list of group items]) for each group the files define, by name."""
     cache: CacheSettings
     env: EnvSettings
     landlock: LandlockSettings

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from .diagnostics import Diagnostic, diag, has_errors, suggest
 from .plan import Span
-from .rules import parse_fs_rule, parse_net_rule
+from .rules import parse_fs_rule, parse_group_item, parse_net_rule
 from .settings import FORMAT_VERSION, SIZE_PATTERN, SIZE_UNITS, Field, schema
 from .yamltree import Unreadable, YMap, YNode, YScalar, YSeq, shorten, type_name
 
@@ -82,6 +82,8 @@ def _check(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
     """Typed value for ``node`` per ``f``, or None after appending a diagnostic."""
     if f.kind in ("list", "network"):
         return _check_list(node, f, key, diags)
+    if f.kind == "groups":
+        return _check_groups(node, key, diags)
     if f.kind in ("map", "strmap"):
         return _check_map(node, f, key, diags)
     return _check_scalar(node, f, key, diags)
@@ -121,6 +123,38 @@ def _check_map(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
         v = _check(vn, sub, f"{key}.{name}", diags)
         if v is not None:
             out[name] = Located(v.value if isinstance(v, Located) else v, v.span if isinstance(v, Located) else vn.span, kn.span)
+    return Located(out, node.span)
+
+
+_GROUP_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+
+
+def _check_groups(node: YNode, key: str, diags: list[Diagnostic]):
+    """``host_groups``: NAME -> list of ``HOST[:PORT]`` / ``from TOOL`` items."""
+    if not isinstance(node, YMap):
+        diags.append(diag("SBX011", node.span, key=key, expected="a mapping of group names to lists of hosts",
+                          got=type_name(node)))
+        return None
+    out = {}
+    for kn, vn in node.items:
+        name = kn.value
+        if not isinstance(name, str) or not _GROUP_NAME.fullmatch(name):
+            diags.append(diag("SBX014", kn.span, what="host group name",
+                              why=f"\"{shorten(str(name))}\" is not lower-case letters, digits, - and _"))
+            continue
+        if not isinstance(vn, YSeq):
+            diags.append(diag("SBX011", vn.span, key=f"{key}.{name}", expected="a list of hosts", got=type_name(vn)))
+            continue
+        items = []
+        for i, item in enumerate(vn.items):
+            if not isinstance(item, YScalar) or not isinstance(item.value, str):
+                diags.append(diag("SBX011", item.span, key=f"{key}.{name}[{i}]", expected="a string",
+                                  got=type_name(item)))
+                continue
+            parsed = parse_group_item(item, diags)
+            if parsed is not None:
+                items.append(parsed)
+        out[name] = Located(items, vn.span, kn.span)
     return Located(out, node.span)
 
 

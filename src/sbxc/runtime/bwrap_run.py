@@ -96,6 +96,24 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         opts[at:at] = extra
         opts += ["--remount-ro", plans]
 
+    proxy = getattr(ctx, "proxy", None)
+    if net == "hosts":
+        if proxy is None or not proxy.unix_path:
+            raise Refusal("the plan has host rules but no proxy was started for it", "report this")
+        # The proxy's private folder, at the same path: the only way out of the sandbox's
+        # network namespace, which has loopback alone. Read-only: connect(2) to a socket
+        # is not refused on a read-only mount (only files, folders and links are), and the
+        # command can create nothing in a host folder the policy does not grant.
+        binds = ["--ro-bind", proxy.folder, proxy.folder]
+        try:
+            at = opts.index("--remount-ro")
+        except ValueError:
+            at = len(opts)
+        opts[at:at] = binds
+        from . import proxy_forward
+
+        cmd = [sys.executable, "-I", "-S", proxy_forward.__file__, proxy.unix_path, str(proxy.port)] + list(cmd)
+
     fds: list[int] = []
     cleanups = []
 
@@ -202,7 +220,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         return 125
 
     setup = None
-    if net in ("on", "rules"):
+    if net in ("on", "rules", "hosts"):
         from .bwrap_scope import child_setup
 
         setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))

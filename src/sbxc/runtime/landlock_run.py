@@ -113,6 +113,16 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
         if right & net:
             for port in range(int(lo), int(hi) + 1):
                 ports.append((port, right & net))
+    if low.get("proxy_port"):
+        proxy = getattr(ctx, "proxy", None)
+        if proxy is None or not proxy.port:
+            raise Refusal("the plan has host rules but no proxy was started for it", "report this")
+        if not net & ll.NET_CONNECT_TCP:
+            raise Refusal("this kernel's Landlock cannot limit TCP connections (ABI 4 needed) for the host rules",
+                          "use --backend bwrap, or a newer kernel")
+        # The proxy's loopback port is the only TCP connect the ruleset allows (beside the
+        # plan's own port rules): Landlock checks ports, not addresses.
+        ports.append((int(proxy.port), ll.NET_CONNECT_TCP))
     bpf = bytes.fromhex(low["seccomp"]) if low.get("seccomp") else b""
     if not bpf:
         raise Refusal("the plan has no seccomp filter", "recompile the plan")
@@ -134,4 +144,12 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
     cmd0 = cmd[0] if "/" in cmd[0] else find_command(cmd[0], env)
     argv = [(cmd0 if cmd0.startswith("/") else os.path.abspath(cmd0)) if cmd0 else cmd[0]] + list(cmd[1:])
     return LaunchSpec(argv, env, child_setup=child_setup, exec_is_command=True, cleanups=cleanups,
-                      after_exit=lambda: after_exit(limits))
+                      after_exit=lambda: _after_exit(limits, getattr(ctx, "proxy", None)))
+
+
+def _after_exit(limits, proxy) -> None:
+    # The proxy is a child of sbxc, which is a subreaper: stopped (and its report read)
+    # before every remaining child is killed.
+    if proxy is not None:
+        proxy.stop()
+    after_exit(limits)

@@ -169,12 +169,20 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             # checks remove it; whatever stops them (sbxc killed, its limits lowered by the
             # command, a bug) leaves it, and later runs refuse what this one could write.
             record = journal.begin(journal.writable_roots(pf, cache.real_dir))
+            proxy = None
             try:
+                if "proxy" in rt:  # host rules: only then is the proxy imported
+                    from .proxy_run import start_proxy
+
+                    proxy = start_proxy(rt, backend, env)
                 ctx = Context(project=rt.get("project", ""), cwd=cwd, uid=os.getuid(), is_root=os.geteuid() == 0,
                               network=rt.get("network", "on"), cache=cache, plans_dir=plans_dir(),
-                              warn=lambda line: sys.stderr.write(one_line(line) + "\n"), environ=environ, host=now)
+                              warn=lambda line: sys.stderr.write(one_line(line) + "\n"), environ=environ, host=now,
+                              proxy=proxy)
                 spec = runner.prepare(pf, list(cmd), env, ctx)
             except BaseException:
+                if proxy is not None:
+                    proxy.finish(cwd)
                 journal.abandon(record)
                 raise
             # The hint is for a network that is off: `network: false`, or per-port rules
@@ -189,7 +197,11 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             # with sbxc's own threads (the proxy) allocating all along.
             gc.enable()
             feedback = Feedback(net_off, backend == "landlock", rt.get("checks"), lambda: show_warnings(pf, cwd))
-            status = run(spec, net_off, state, feedback)
+            try:
+                status = run(spec, net_off, state, feedback)
+            finally:
+                if proxy is not None:
+                    proxy.finish(cwd)  # the refused hosts, one line each, after the command's output
             state.status = status
             import time
 

@@ -210,6 +210,24 @@ class Proxy:
         ctl, self._ctl = self._ctl, None
         data = bytearray()
         try:
+            ctl.setblocking(False)
+            ready = ctl.recv(1, _socket.MSG_PEEK)
+        except OSError:
+            ready = b""
+        if not ready:
+            # The child never got to serving (a command that ended before the proxy had
+            # started): nothing was accepted, so nothing was refused. It is ended rather
+            # than waited for, which would cost a short command the proxy's whole start-up.
+            ctl.close()
+            try:
+                os.kill(self._pid, 9)
+                os.waitpid(self._pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self._pid = 0
+            return
+        ctl.setblocking(True)
+        try:
             ctl.shutdown(_socket.SHUT_WR)  # the child's cue: EOF
             ctl.settimeout(_REPORT_TIMEOUT)
             while True:
@@ -224,7 +242,12 @@ class Proxy:
         end = time.monotonic() + _REPORT_TIMEOUT
         status = None
         while status is None:
-            pid, st = os.waitpid(self._pid, os.WNOHANG)
+            try:
+                pid, st = os.waitpid(self._pid, os.WNOHANG)
+            except ChildProcessError:
+                # Reaped by the caller's own wait for any child (a subreaper's loop): its
+                # status is lost; the report above decides.
+                pid, st = self._pid, 0
             if pid:
                 status = st
             elif time.monotonic() > end:
@@ -307,6 +330,11 @@ def _child(ctl, listeners, proxy: Proxy, mask) -> int:
     server = Server(proxy.rules, [socket.socket(fileno=lst.detach()) for lst in listeners], proxy.limits,
                     proxy._resolver)
     _thread.start_new_thread(server.serve, ())
+    try:
+        # Ready: from now on a refusal can happen, so the parent waits for the report.
+        ctl.sendall(b"S\n")
+    except OSError:
+        pass
     try:
         while ctl.recv(4096):
             pass

@@ -39,11 +39,16 @@ def _private_dir(prefix: str) -> str:
     raise Refusal("cannot make a private folder (names keep colliding)", "check TMPDIR")
 
 
-def param_args(params, cache_dir, run_tmp: str) -> list[str]:
+def param_args(params, cache_dir, run_tmp: str, proxy_port: int = 0) -> list[str]:
     """``-D NAME=VALUE`` for every parameter the profile references."""
     out = []
     for p in params:
         name = p["name"]
+        if p.get("source") == "proxy":
+            if not proxy_port:
+                raise Refusal("the plan has host rules but no proxy was started for it", "report this")
+            out += ["-D", f"{name}=localhost:{int(proxy_port)}"]
+            continue
         if "value" in p:
             value = p["value"]
         elif p.get("source") == "cache":
@@ -103,7 +108,9 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
         cache = getattr(ctx, "cache", None)
         cache_dir = os.path.realpath(cache.dir) if cache is not None and cache.dir else ""
 
-        argv = [SANDBOX_EXEC, "-f", prof_path] + param_args(params, cache_dir, run_tmp) + ["--"] + list(cmd)
+        proxy = getattr(ctx, "proxy", None)
+        argv = [SANDBOX_EXEC, "-f", prof_path] + param_args(params, cache_dir, run_tmp,
+                                                            proxy.port if proxy is not None else 0) + ["--"] + list(cmd)
     except BaseException:
         for fn in reversed(cleanups):
             try:

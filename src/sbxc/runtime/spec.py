@@ -53,7 +53,8 @@ It must not start any process; the core (``sbxc.runtime.launch``) forks once and
 (the plan cache folder that no sandbox may write; hide or deny it), ``warn(line)``,
 ``environ`` (the caller's environment: for finding the sandbox tool, never for the
 command), ``host`` (the run's ``staleness.HostNow``: the trusted bwrap, the Landlock ABI,
-read once; ``None`` outside the core, e.g. in a benchmark: the runner reads them then).
+read once; ``None`` outside the core, e.g. in a benchmark: the runner reads them then),
+``proxy`` (the run's ``proxy_run.ProxyRun`` for a plan with host rules, else ``None``).
 docs/runtime.md has the same protocol as a table.
 """
 
@@ -81,7 +82,8 @@ class LaunchSpec:
 
 
 class Context:
-    __slots__ = ("project", "cwd", "uid", "is_root", "network", "cache", "plans_dir", "warn", "environ", "host")
+    __slots__ = ("project", "cwd", "uid", "is_root", "network", "cache", "plans_dir", "warn", "environ", "host",
+                 "proxy")
 
     def __init__(self, **kw):
         for k in self.__slots__:

@@ -1,0 +1,72 @@
+"""Host groups read from a toolchain's own configuration (compiler/hostgroups.py), with
+configuration files and variables that the test makes; no host is contacted."""
+from __future__ import annotations
+
+import os
+
+from sbxc.compiler.hostgroups import Reader
+
+
+def reader(tmp_path, env):
+    env = dict(env)
+    return Reader(env.get, str(tmp_path / "home"), str(tmp_path / "proj"))
+
+
+def test_pip_config_file_and_variables(tmp_path):
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nindex-url = https://mirror.example.invalid:8443/simple\n"
+                    "extra-index-url = file:///opt/local https://extra.example.invalid/simple\n")
+    r = reader(tmp_path, {"PIP_CONFIG_FILE": str(conf), "XDG_CONFIG_DIRS": str(tmp_path / "none")})
+    hosts = {(h, p) for h, p, _src in r.read("pip")}
+    assert hosts == {("mirror.example.invalid", 8443), ("extra.example.invalid", 443)}
+    assert r.inputs[str(conf)] and r.inputs["$PIP_INDEX_URL"] == ""
+    # The variable wins over the file, as in pip.
+    r = reader(tmp_path, {"PIP_CONFIG_FILE": str(conf), "PIP_INDEX_URL": "http://env.example.invalid/simple"})
+    hosts = {(h, p) for h, p, _src in r.read("pip")}
+    assert ("env.example.invalid", 80) in hosts and ("mirror.example.invalid", 8443) not in hosts
+
+
+def test_npm_project_and_user_config(tmp_path):
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / ".npmrc").write_text("registry=https://npm.example.invalid/\n"
+                                              "@corp:registry=https://corp.example.invalid/npm/\n")
+    user = tmp_path / "npmrc"
+    user.write_text("registry=https://user.example.invalid/\n")
+    r = reader(tmp_path, {"NPM_CONFIG_USERCONFIG": str(user)})
+    hosts = {h for h, _p, _src in r.read("npm")}
+    # The project's file is read after the user's and wins; scoped registries are added.
+    assert {"npm.example.invalid", "corp.example.invalid"} <= hosts and "user.example.invalid" not in hosts
+    assert str(tmp_path / "proj" / ".npmrc") in r.inputs
+
+
+def test_go_variables(tmp_path):
+    r = reader(tmp_path, {"GOPROXY": "https://goproxy.example.invalid,direct",
+                          "GOSUMDB": "sum.example.invalid+abc https://sumdb.example.invalid"})
+    hosts = {h for h, _p, _src in r.read("go")}
+    assert hosts == {"goproxy.example.invalid", "sumdb.example.invalid"}
+
+
+def test_cargo_config(tmp_path):
+    cfg = tmp_path / "proj" / ".cargo"
+    cfg.mkdir(parents=True)
+    (cfg / "config.toml").write_text('[registries.corp]\nindex = "sparse+https://crates.example.invalid/index/"\n'
+                                     '[source.mirror]\nregistry = "https://mirror.example.invalid/git/index"\n')
+    r = reader(tmp_path, {"CARGO_HOME": str(tmp_path / "cargo-home")})
+    hosts = {h for h, _p, _src in r.read("cargo")}
+    # `sparse+https://` is cargo's spelling of an HTTPS index.
+    assert {"mirror.example.invalid", "crates.example.invalid"} <= hosts
+
+
+def test_source_names_no_registry_host():
+    """The compiler and the profiles name no public registry host: groups come from the
+    toolchains' own configuration."""
+    import re
+
+    import sbxc
+
+    base = os.path.dirname(sbxc.__file__)
+    host = re.compile(r"\b[a-z0-9-]+\.(org|io|com|dev|net)\b")
+    for sub in ("compiler/hostgroups.py", "policies/python.yaml", "policies/node.yaml", "policies/rust.yaml",
+                "policies/go.yaml", "policies/git.yaml"):
+        text = open(os.path.join(base, sub), encoding="utf-8").read()
+        assert not [m.group(0) for m in host.finditer(text) if not m.group(0).startswith("example.")], sub
