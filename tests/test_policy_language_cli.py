@@ -111,7 +111,7 @@ def test_a_windows_variable_warns_and_double_dollar_is_a_literal_dollar(tmp_path
                          "  - read {project}/%X%\n")
     assert r.returncode == 0, r.stdout
     assert ('sandbox.policy.yaml:5:20: warning: "%X%" looks like a Windows variable, which sbxc does not expand; '
-            'the path keeps it as written; did you mean "${X}"?  [SBX046]') in r.stdout.splitlines(), r.stdout
+            'the path keeps it as written; did you mean "${X}"?  [SBX028]') in r.stdout.splitlines(), r.stdout
     plan = json.loads(sbxc("compile", cwd=tmp_path).stdout)
     paths = {e["path"] for e in plan["ir"]["fs"]}
     assert str(tmp_path.resolve() / "a$b") in paths and str(tmp_path.resolve() / "%X%") in paths

@@ -129,6 +129,13 @@ def _leaf(name: str):
                           _mostly(scalar(VALID["str"] + RETYPED), _wrong()))
         return _mostly(st.lists(entry, max_size=4, unique_by=lambda e: e[0][1]).map(lambda xs: ("map", xs)),
                        _wrong())
+    if f.kind == "groups":
+        # Names and hosts the loader takes; the wrong shapes come from _wrong() at each level.
+        names = st.sampled_from(["corp", "mirror-1", "a_b"])
+        hosts = _mostly(_list_of(scalar(["example.org", "a.example.org:8443", "10.1.2.3:5432"])), _wrong())
+        entry = st.tuples(st.tuples(st.just("scalar"), names, st.just("plain")), hosts)
+        return _mostly(st.lists(entry, max_size=3, unique_by=lambda e: e[0][1]).map(lambda xs: ("map", xs)),
+                       _wrong())
     return _mostly(scalar(_pool(f)), _wrong())
 
 

@@ -129,6 +129,15 @@ def test_port_rules_mean_no_network(runc, sbxc, tcp_server):
     assert r.rc != 0 and "REACHED" not in r.out, r
 
 
+def test_host_rules_mean_no_network(runc, sbxc, tcp_server):
+    """The OCI runner starts no proxy: a host rule must not leave the host's network
+    reachable (the control above shows this connection succeeds with the network on)."""
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {tcp_server.port}), timeout=3); print('REACHED')"
+    policy = "sbxc: 1\nextends: [builtin:default]\nnetwork: [allow 127.0.0.1:%d]\n" % tcp_server.port
+    r = sbxc(policy, SANDBOX_PYTHON, "-c", connect, args=OCI)
+    assert r.rc != 0 and "REACHED" not in r.out, r
+
+
 def test_deny_listed_calls_get_eperm_through_runc(runc, sbxc):
     """runc loads the profile (runc and its libseccomp accept the JSON) and the calls of the
     deny list answer EPERM inside, where the same probe outside gets other answers."""

@@ -40,7 +40,7 @@ the same files, no capabilities (every capability set is empty, no new privilege
 from __future__ import annotations
 
 from ..compiler.plan import (
-    BUILTIN_SPAN, KIND_DIR, KIND_MISSING, KIND_OTHER, MASK, NET_OFF, NET_ON, NET_RULES,
+    BUILTIN_SPAN, KIND_DIR, KIND_MISSING, KIND_OTHER, MASK, NET_HOSTS, NET_OFF, NET_ON, NET_RULES,
     READ, TMPFS, WRITE, PathRule, Plan, is_within, path_depth,
 )
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
@@ -319,7 +319,7 @@ def lower(plan: Plan, host) -> Lowered:
     mounts, readonly, verdicts = filesystem(plan)
     net = plan.network
     namespaces = ["pid", "ipc", "uts", "mount", "cgroup", "user"]
-    if net.mode in (NET_OFF, NET_RULES):
+    if net.mode in (NET_OFF, NET_RULES, NET_HOSTS):
         # A new network namespace with nothing in it: runc brings up its loopback only.
         namespaces.append("network")
     user, maps = identity(host.uid, host.gid)
@@ -365,6 +365,12 @@ def lower(plan: Plan, host) -> Lowered:
             verdicts.append(verdict(NAME, f"{r.op} {r.proto} {ports}", NARROWED, r.span,
                                     "an OCI runtime cannot allow single ports: the network is off (use --backend "
                                     "landlock for per-port rules)"))
+        for h in getattr(net, "hosts", ()):
+            # The proxy is wired into the bwrap, Landlock and macOS runners only: under runc
+            # the command gets an empty network namespace, so a host rule grants nothing.
+            verdicts.append(verdict(NAME, h.text, NARROWED, h.span,
+                                    "the OCI runner does not start sbxc's proxy: the network is off (use --backend "
+                                    "bwrap or landlock for host rules)"))
 
     verdicts.append(verdict(NAME, "ipc", ENFORCED, BUILTIN_SPAN))
     verdicts.append(verdict(NAME, "processes", ENFORCED, BUILTIN_SPAN))

@@ -73,7 +73,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX048": (WARNING, "network rule {rule} can never be used: {why}"),
     "SBX049": (WARNING, "{rule}: {why}"),
     "SBX045": (WARNING, "{key} is accepted but not enforced: per-session workspaces are not part of this version"),
-    "SBX046": (WARNING, "\"{written}\" looks like a Windows variable, which sbxc does not expand; the path keeps it as written{suggest}"),
+    "SBX028": (WARNING, "\"{written}\" looks like a Windows variable, which sbxc does not expand; the path keeps it as written{suggest}"),
     # enforcement (from the backends' reports)
     "SBX050": (ERROR, "{backend}: {subject}: not enforceable: {why}"),
     "SBX051": (ERROR, "{backend}: {subject}: partial: {why} (--strict)"),

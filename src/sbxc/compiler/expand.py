@@ -84,7 +84,7 @@ class Expander:
             elif c == "%" and (m := _WINDOWS_VAR.match(text, i)):
                 # A file name may hold %, and % means nothing to sbxc: keep the text, but say
                 # that a Windows variable was not expanded (the path is then rarely the one meant).
-                self.ctx.diags.append(diag("SBX046", at(i, m.end() - i), written=m.group(),
+                self.ctx.diags.append(diag("SBX028", at(i, m.end() - i), written=m.group(),
                                            suggest=f"; did you mean \"{did_you_mean(m.group(1))}\"?",
                                            hint=_slip_hint(m.group(1))))
                 out.append(m.group())

@@ -171,7 +171,7 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             record = journal.begin(journal.writable_roots(pf, cache.real_dir))
             proxy = None
             try:
-                if "proxy" in rt:  # host rules: only then is the proxy imported
+                if "proxy" in rt and backend != "oci":  # host rules: only then is the proxy imported (runc: network off)
                     from .proxy_run import start_proxy
 
                     proxy = start_proxy(rt, backend, env)
@@ -187,7 +187,8 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
                 raise
             # The hint is for a network that is off: `network: false`, or per-port rules
             # on bwrap and OCI (narrowed to no network). Under Landlock the listed ports stay open.
-            net_off = ctx.network == "off" or (ctx.network == "rules" and backend in ("bwrap", "oci"))
+            net_off = ctx.network == "off" or (ctx.network == "rules" and backend in ("bwrap", "oci")) or (
+                ctx.network == "hosts" and backend == "oci")
             import gc
 
             from .hint import Feedback
