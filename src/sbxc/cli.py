@@ -14,9 +14,8 @@ commands:
   print-config                  every resolved setting and where it came from
   doctor                        what this host can enforce; cache sizes
   cache path|clear              the per-project dependency cache
+  session start|list|diff|apply|stop   per-session workspaces (exec --session ID, exec --ephemeral)
   schema                        JSON Schema of the policy file
-
-Per-session workspaces (`sbxc session`, `exec --session`) are not part of this version.
 """
 
 # command name -> (module, function); each function takes the remaining argv, returns the exit code
@@ -27,6 +26,7 @@ COMMANDS = {
     "schema": ("sbxc.commands.schema", "main"),
     "doctor": ("sbxc.commands.doctor", "main"),
     "cache": ("sbxc.commands.cache", "main"),
+    "session": ("sbxc.commands.session", "main"),
 }
 
 

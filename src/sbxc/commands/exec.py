@@ -17,7 +17,8 @@ import sys
 from ..layout import BACKEND_CHOICES
 from ..runtime.errors import REFUSED, Refusal, one_line
 
-USAGE = "usage: sbxc exec [--policy P | --plan F] [--backend B] [--network[=true|false]] -- CMD..."
+USAGE = ("usage: sbxc exec [--policy P | --plan F] [--backend B] [--network[=true|false]] "
+         "[--session ID | --ephemeral] -- CMD...")
 
 
 class HelpAsked(Exception):
@@ -25,7 +26,7 @@ class HelpAsked(Exception):
 
 
 class Args:
-    __slots__ = ("policy", "plan", "backend", "network", "session", "cmd")
+    __slots__ = ("policy", "plan", "backend", "network", "session", "ephemeral", "cmd")
 
     def __init__(self):
         self.policy = None
@@ -33,6 +34,7 @@ class Args:
         self.backend = None
         self.network = None  # None: the plan decides; "on" / "off": the flag wins
         self.session = None
+        self.ephemeral = False
         self.cmd = []
 
 
@@ -67,6 +69,8 @@ def parse_args(argv: list) -> Args:
             setattr(a, name[2:], value)
         elif name == "--network":
             a.network = _bool_flag(value, "--network") if eq else "on"
+        elif name == "--ephemeral" and not eq:
+            a.ephemeral = True
         elif name == "--no-network":
             a.network = "off"
         elif name in ("-h", "--help"):
@@ -78,8 +82,8 @@ def parse_args(argv: list) -> Args:
         raise Refusal("--policy and --plan were both given", "give one of them")
     if a.backend is not None and a.backend not in BACKEND_CHOICES:
         raise Refusal(f"unknown backend {one_line(a.backend, 60)!r}", "use one of: " + ", ".join(BACKEND_CHOICES))
-    if a.session is not None:
-        raise Refusal("--session is not available in this version", "run without --session")
+    if a.session is not None and a.ephemeral:
+        raise Refusal("--session and --ephemeral were both given", "give one of them")
     if not a.cmd:
         raise Refusal("no command given", USAGE)
     return a
@@ -139,6 +143,11 @@ def exec_main(argv, compile=compile_on_miss) -> int:
             cwd = os.getcwd()
         except OSError:
             raise Refusal("the current folder is gone", "cd to an existing folder") from None
+        if a.session is not None or a.ephemeral:
+            from ..runtime.session_exec import run as run_in_session
+
+            return run_in_session(a.session, a.ephemeral, a.policy, a.plan, a.backend, a.network, a.cmd, environ,
+                                  cwd, compile, state)
         return run_exec(a.policy, a.plan, a.backend, a.network, a.cmd, environ, cwd, compile, state)
     except Refusal as r:
         if state.started:

@@ -64,7 +64,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX042": (WARNING, "mask {path}: the path is missing and its parent is writable, so the command could create it"),
     "SBX043": (WARNING, "network rule {rule} is already covered"),
     "SBX044": (WARNING, "env.pass \"{glob}\" lets secrets through, e.g. {example}"),
-    "SBX045": (WARNING, "{key} is accepted but not enforced: per-session workspaces are not part of this version"),
+    "SBX045": (ERROR, "workspace.stage \"{entry}\": {why}"),
     # enforcement (from the backends' reports)
     "SBX050": (ERROR, "{backend}: {subject}: not enforceable: {why}"),
     "SBX051": (ERROR, "{backend}: {subject}: partial: {why} (--strict)"),

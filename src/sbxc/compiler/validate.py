@@ -151,6 +151,8 @@ def _check_scalar(node: YNode, f: Field, key: str, diags: list[Diagnostic]):
         return Located(v, node.span)
     if k == "int":
         return _check_int(node, f, key, diags)
+    if k == "size":
+        return _check_size(node, f, key, diags)
     if not isinstance(v, str):
         diags.append(diag("SBX011", node.span, key=key, expected=_describe(f), got=type_name(node)))
         return None
@@ -172,6 +174,34 @@ def _check_int(node: YScalar, f: Field, key: str, diags: list[Diagnostic]) -> Op
             diags.append(diag("SBX017", node.span, value=v))
             return None
     elif (f.lo is not None and v < f.lo) or (f.hi is not None and v > f.hi):
+        diags.append(diag("SBX019", node.span, key=key, value=v, range=f"{f.lo}-{f.hi}"))
+        return None
+    return Located(v, node.span)
+
+
+_SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _check_size(node: YScalar, f: Field, key: str, diags: list[Diagnostic]) -> Optional[Located]:
+    """A byte count: an integer, or digits with one suffix K, M, G or T (powers of 1024;
+    a trailing B or iB is allowed, ``2G``, ``2GB`` and ``2GiB`` are the same)."""
+    v = node.value
+    if isinstance(v, str):
+        text = v.strip().upper()
+        for tail in ("IB", "B"):
+            if text.endswith(tail) and len(text) > len(tail) and text[-len(tail) - 1] in _SIZE_UNITS:
+                text = text[:-len(tail)]
+                break
+        mult = _SIZE_UNITS.get(text[-1:], 0)
+        digits = text[:-1] if mult else text
+        if not digits.isdigit() or not digits.isascii():
+            diags.append(diag("SBX011", node.span, key=key, expected="a size such as 500M or 2G", got=repr(v)))
+            return None
+        v = int(digits) * (mult or 1)
+    elif isinstance(v, bool) or not isinstance(v, int):
+        diags.append(diag("SBX011", node.span, key=key, expected="a size such as 500M or 2G", got=type_name(node)))
+        return None
+    if (f.lo is not None and v < f.lo) or (f.hi is not None and v > f.hi):
         diags.append(diag("SBX019", node.span, key=key, value=v, range=f"{f.lo}-{f.hi}"))
         return None
     return Located(v, node.span)

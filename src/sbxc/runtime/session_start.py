@@ -1,0 +1,386 @@
+"""Starting and ending sessions: a workspace from the warm pool or a fresh copy, staged
+files, quotas, snapshots, and the pool's background refill (store layout: ``sessions``).
+
+The pool holds ready copies per source: ``p-<project id>`` for a project,
+``n-<snapshot uid>`` for a snapshot. A snapshot never changes, so its copies stay good
+while it exists. A project's copy is taken only when ``session_copy.project_unchanged``
+says every entry of the project is as the copy recorded it; any other answer (an entry
+changed, gone, added, too recent for its stat to tell, unreadable) means a fresh copy
+and the stale one is removed.
+"""
+from __future__ import annotations
+
+import os
+
+from ..cache import project_id
+from . import session_copy as sc
+from .sessions import (SESSION_PREFIX, SNAPSHOT_PREFIX, SessionError, StoreLock, new_id, open_session, read_manifest,
+                       read_meta, remove_entry, sessions_dir, sessions_of, size_of, try_lock, valid_name,
+                       write_manifest, write_meta)
+
+_RD = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+POOL = "pool"
+
+
+def _mkdir_open(dir_fd: int, name: str) -> int:
+    try:
+        os.mkdir(name, 0o700, dir_fd=dir_fd)
+    except FileExistsError:
+        pass
+    return os.open(name, _RD, dir_fd=dir_fd)
+
+
+def _path(store: str, *names) -> str:
+    return "/".join((store,) + names)
+
+
+# ------------------------------------------------------------------ the pool
+
+def pool_key(project: str, snapshot_uid: str = "") -> str:
+    return f"n-{snapshot_uid}" if snapshot_uid else f"p-{project_id(project)}"
+
+
+def _make_ready(store_fd: int, store: str, key: str, source: dict, environ) -> bool:
+    """One ready copy in ``pool/<key>``: made under a locked temporary name, renamed
+    into place only when complete."""
+    pool_fd = _mkdir_open(store_fd, POOL)
+    try:
+        key_fd = _mkdir_open(pool_fd, key)
+    finally:
+        os.close(pool_fd)
+    try:
+        tmp = "t-" + new_id()
+        fd = _mkdir_open(key_fd, tmp)
+        try:
+            try_lock(fd)
+            base = _path(store, POOL, key, tmp)
+            started = sc.now_ns()
+            sc.copy_tree(source["src"], base + "/ws", environ)
+            if source.get("snapshot"):
+                manifest = sc.record(source["project"], base + "/ws", started, source["manifest"], source["src"],
+                                     int(source.get("ready_ns", 0)))
+            else:
+                manifest = sc.record(source["project"], base + "/ws", started)
+            write_manifest(fd, manifest)
+            write_meta(fd, {"project": source["project"], "made_ns": started, "method": source["method"]})
+            os.rename(tmp, "e-" + tmp[2:], src_dir_fd=key_fd, dst_dir_fd=key_fd)
+            return True
+        except BaseException:
+            remove_entry(key_fd, tmp)
+            raise
+        finally:
+            os.close(fd)
+    finally:
+        os.close(key_fd)
+
+
+def _ready_entries(store_fd: int, key: str) -> list:
+    try:
+        fd = os.open(f"{POOL}/{key}", _RD, dir_fd=store_fd)
+    except OSError:
+        return []
+    try:
+        with os.scandir(fd) as it:
+            return sorted(e.name for e in it if e.name.startswith("e-"))
+    finally:
+        os.close(fd)
+
+
+def _reap_pool(store_fd: int, key: str) -> None:
+    """Remove copies whose maker is gone before it finished (unlocked ``t-``)."""
+    try:
+        key_fd = os.open(f"{POOL}/{key}", _RD, dir_fd=store_fd)
+    except OSError:
+        return
+    try:
+        with os.scandir(key_fd) as it:
+            names = [e.name for e in it if e.name.startswith("t-")]
+        for name in names:
+            try:
+                fd = os.open(name, _RD, dir_fd=key_fd)
+            except OSError:
+                continue
+            try:
+                free = try_lock(fd)
+            finally:
+                os.close(fd)
+            if free:
+                remove_entry(key_fd, name)
+    finally:
+        os.close(key_fd)
+
+
+def take_ready(store_fd: int, key: str, source: dict, into_fd: int) -> dict | None:
+    """Move a good ready copy's workspace into the session folder ``into_fd``: its
+    manifest, or None when there is none (a stale one is removed on the way)."""
+    for name in _ready_entries(store_fd, key):
+        try:
+            fd = os.open(f"{POOL}/{key}/{name}", _RD, dir_fd=store_fd)
+        except OSError:
+            continue
+        try:
+            try:
+                manifest = read_manifest(fd)
+                meta = read_meta(fd)
+            except (OSError, ValueError, EOFError, TypeError):
+                manifest, meta = None, {}
+            good = manifest is not None and meta.get("project") == source["project"] and (
+                source.get("snapshot") or sc.project_unchanged(source["project"], manifest))
+            if good:
+                try:
+                    # A rename within one file system: the whole copy moves at once, whatever its size.
+                    os.rename("ws", "ws", src_dir_fd=fd, dst_dir_fd=into_fd)
+                except OSError:
+                    good = False
+        finally:
+            os.close(fd)
+        kfd = os.open(f"{POOL}/{key}", _RD, dir_fd=store_fd)
+        try:
+            remove_entry(kfd, name)
+        finally:
+            os.close(kfd)
+        if good:
+            return manifest
+    return None
+
+
+def refill(key: str, source: dict, size: int, environ) -> None:
+    """Bring ``pool/<key>`` up to ``size`` ready copies (called in the background)."""
+    from .sessions import open_store
+
+    store_fd = open_store(environ)
+    try:
+        _reap_pool(store_fd, key)
+        store = sessions_dir(environ)
+        for _ in range(max(0, size - len(_ready_entries(store_fd, key)))):
+            _make_ready(store_fd, store, key, source, environ)
+    finally:
+        os.close(store_fd)
+
+
+def refill_in_background(key: str, source: dict, size: int, environ) -> None:
+    """``refill`` in a detached grandchild: the caller neither waits nor reaps it, and it
+    holds none of the caller's descriptors (a pipe the caller's caller reads would
+    otherwise stay open until the copy is done)."""
+    if size <= 0:
+        return
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        os.waitpid(pid, 0)
+        return
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(3, 65536)
+        refill(key, source, size, environ)
+    except BaseException:
+        os._exit(1)
+    os._exit(0)
+
+
+# ------------------------------------------------------------------ staging
+
+def _stage(ws: str, staged, environ) -> list:
+    """Copy each (host source, destination in the workspace) into the workspace. The
+    folders on the way to the destination are opened without following a link: a copied
+    project may hold a symlink there that leads out (into the home folder, say)."""
+    done = []
+    for src, dest in staged:
+        if not os.path.lexists(src):
+            raise SessionError(f"nothing to stage at {src}", "create it, or drop it from --stage / workspace.stage")
+        parts = [p for p in dest.split("/") if p and p != "."]
+        if not parts or ".." in parts:
+            raise SessionError(f"the staging destination {dest!r} is not inside the workspace",
+                               "give a relative path such as .config/tool")
+        fd = os.open(ws, _RD)
+        try:
+            for part in parts[:-1]:
+                try:
+                    nfd = _mkdir_open(fd, part)
+                except OSError:
+                    raise SessionError(f"the staging destination {dest} passes through {part}, which is not a "
+                                       "folder in the workspace (a symlink is never followed)",
+                                       "stage to another destination") from None
+                os.close(fd)
+                fd = nfd
+            remove_entry(fd, parts[-1])
+        finally:
+            os.close(fd)
+        sc.copy_tree(src, ws + "/" + "/".join(parts), environ)
+        done.append("/".join(parts))
+    return done
+
+
+# ------------------------------------------------------------------ start / stop
+
+def _quota_sessions(store_fd: int, project: str, limit) -> None:
+    if limit is None:
+        return
+    have = sessions_of(store_fd, project)
+    if len(have) >= int(limit):
+        raise SessionError(f"this project has {len(have)} session(s), the most workspace.max_sessions allows "
+                           f"({limit})", "stop one (sbxc session list; sbxc session stop ID), or raise "
+                                         "workspace.max_sessions in the policy")
+
+
+def start(project: str, settings: dict, environ, from_snapshot: str = "", stage=(), policy: str = "") -> dict:
+    """Make a session of ``project`` (a real path): returns {id, method, source, workspace}.
+    ``settings``: the plan's ``runtime.workspace`` (quotas, pool, policy staging)."""
+    from .sessions import open_store
+
+    store_fd = open_store(environ)
+    store = sessions_dir(environ)
+    try:
+        source = {"project": project, "src": project, "method": sc.method(project, store)}
+        if from_snapshot:
+            source.update(_snapshot_source(store_fd, store, from_snapshot, project))
+        sid = new_id()
+        name = SESSION_PREFIX + sid
+        with StoreLock(store_fd):
+            _quota_sessions(store_fd, project, settings.get("max_sessions"))
+            os.mkdir(name, 0o700, dir_fd=store_fd)
+            fd = os.open(name, _RD, dir_fd=store_fd)
+            try_lock(fd)  # held until the start is complete (or this process is gone)
+            meta = {"state": "starting", "project": project, "policy": policy, "created_ns": sc.now_ns(),
+                    "from": from_snapshot, "pid": os.getpid()}
+            write_meta(fd, meta)
+        try:
+            key = pool_key(project, source.get("uid", ""))
+            manifest = take_ready(store_fd, key, source, fd)
+            how = "pool" if manifest is not None else source["method"]
+            if manifest is None:
+                started = sc.now_ns()
+                sc.copy_tree(source["src"], f"{store}/{name}/ws", environ)
+                if from_snapshot:
+                    manifest = sc.record(project, f"{store}/{name}/ws", started, source["manifest"], source["src"],
+                                         int(source.get("ready_ns", 0)))
+                else:
+                    manifest = sc.record(project, f"{store}/{name}/ws", started)
+            write_manifest(fd, manifest)
+            staged = _stage(f"{store}/{name}/ws", list(settings.get("stage") or ()) + list(stage), environ)
+            meta.update(state="ready", ready_ns=sc.now_ns(), method=how, staged="\x1f".join(staged))
+            write_meta(fd, meta)
+        except BaseException:
+            os.close(fd)
+            remove_entry(store_fd, name)
+            raise
+        os.close(fd)
+        refill_in_background(key, source, int(settings.get("pool", 1) or 0), environ)
+        return {"id": sid, "method": how, "source": from_snapshot or project, "workspace": f"{store}/{name}/ws"}
+    finally:
+        os.close(store_fd)
+
+
+def _snapshot_source(store_fd: int, store: str, name: str, project: str) -> dict:
+    if not valid_name(name):
+        raise SessionError(f"{name!r} is not a snapshot name", "use letters, digits, '.', '_' and '-'")
+    try:
+        fd = os.open(SNAPSHOT_PREFIX + name, _RD, dir_fd=store_fd)
+    except FileNotFoundError:
+        raise SessionError(f"there is no snapshot {name}", "see sbxc session list") from None
+    try:
+        meta = read_meta(fd)
+        if meta.get("project") != project:
+            raise SessionError(f"snapshot {name} is of another project ({meta.get('project')})",
+                               "start it with that project's policy")
+        return {"snapshot": name, "uid": meta.get("uid", ""), "manifest": read_manifest(fd),
+                "src": f"{store}/{SNAPSHOT_PREFIX}{name}/ws", "ready_ns": meta.get("ready_ns", "0")}
+    finally:
+        os.close(fd)
+
+
+def stop(sid: str, environ, snapshot: str = "", max_bytes=None) -> dict:
+    """Discard the session ``sid``, or keep its workspace as the snapshot ``snapshot``."""
+    from .sessions import open_store
+
+    store_fd = open_store(environ, create=False)
+    try:
+        fd, meta = open_session(store_fd, sid, ready=bool(snapshot))
+        try:
+            if not try_lock(fd):
+                raise SessionError(f"session {sid} is in use (a command of it is running, or it is starting)",
+                                   "wait for it to end, then stop the session")
+            if snapshot:
+                if not valid_name(snapshot):
+                    raise SessionError(f"{snapshot!r} is not a snapshot name", "use letters, digits, '.', '_' and '-'")
+                size = size_of(fd)
+                if max_bytes is not None and size > int(max_bytes):
+                    raise SessionError(f"session {sid}'s workspace holds {size} bytes, more than workspace.max_bytes "
+                                       f"({max_bytes}); it is not kept as a snapshot",
+                                       "remove what it does not need (sbxc exec --session), or raise the quota")
+                meta.update(state="ready", uid=new_id(), snapshot_of=sid)
+                write_meta(fd, meta)
+                try:
+                    os.rename(SESSION_PREFIX + sid, SNAPSHOT_PREFIX + snapshot, src_dir_fd=store_fd, dst_dir_fd=store_fd)
+                except OSError as e:
+                    if e.errno in (17, 39):
+                        raise SessionError(f"a snapshot named {snapshot} exists",
+                                           f"choose another name, or drop it first (sbxc session drop {snapshot})") \
+                            from None
+                    raise
+                return {"id": sid, "snapshot": snapshot}
+        finally:
+            os.close(fd)
+        remove_entry(store_fd, SESSION_PREFIX + sid)
+        return {"id": sid, "removed": True}
+    finally:
+        os.close(store_fd)
+
+
+def drop_snapshot(name: str, environ) -> None:
+    from .sessions import open_store
+
+    if not valid_name(name):
+        raise SessionError(f"{name!r} is not a snapshot name", "see sbxc session list")
+    store_fd = open_store(environ, create=False)
+    try:
+        try:
+            fd = os.open(SNAPSHOT_PREFIX + name, _RD, dir_fd=store_fd)
+        except FileNotFoundError:
+            raise SessionError(f"there is no snapshot {name}", "see sbxc session list") from None
+        try:
+            uid = read_meta(fd).get("uid", "")
+        finally:
+            os.close(fd)
+        remove_entry(store_fd, SNAPSHOT_PREFIX + name)
+        if uid:
+            try:
+                pfd = os.open(POOL, _RD, dir_fd=store_fd)
+            except FileNotFoundError:
+                return
+            try:
+                remove_entry(pfd, f"n-{uid}")
+            finally:
+                os.close(pfd)
+    finally:
+        os.close(store_fd)
+
+
+def pool_status(store_fd: int) -> dict:
+    """{key: (ready copies, bytes)}."""
+    out = {}
+    try:
+        pfd = os.open(POOL, _RD, dir_fd=store_fd)
+    except FileNotFoundError:
+        return out
+    try:
+        with os.scandir(pfd) as it:
+            keys = sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+        for key in keys:
+            kfd = os.open(key, _RD, dir_fd=pfd)
+            try:
+                ready = [n for n in os.listdir(kfd) if n.startswith("e-")]
+                out[key] = (len(ready), size_of(pfd, key))
+            finally:
+                os.close(kfd)
+    finally:
+        os.close(pfd)
+    return out
