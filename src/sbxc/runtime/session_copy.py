@@ -99,6 +99,14 @@ def _content(path: str, kind: str):
     return None
 
 
+def _die_with_parent() -> None:
+    # cp must not outlive an sbxc that was killed mid-copy: it would go on filling a
+    # folder that ``session stop`` is removing.
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+
+
 def copy_tree(src: str, dest: str, environ) -> None:
     """``cp -a`` of ``src`` to the new path ``dest`` (which must not exist)."""
     import subprocess
@@ -110,7 +118,8 @@ def copy_tree(src: str, dest: str, environ) -> None:
         raise SessionError(f"no cp that sbxc may start ({why or 'not in the system program folders'})",
                            "install coreutils in a system folder")
     p = subprocess.run([cp, "-a", "--reflink=auto", "--no-target-directory", "--", src, dest],
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       preexec_fn=_die_with_parent)
     if p.returncode != 0:
         first = p.stderr.decode("utf-8", "replace").strip().splitlines()[:1]
         raise SessionError(f"copying the project failed ({one_line(first[0] if first else 'cp exited ' + str(p.returncode), 200)})",

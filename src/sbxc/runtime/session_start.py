@@ -200,6 +200,10 @@ def _stage(ws: str, staged, environ) -> list:
         if not parts or ".." in parts:
             raise SessionError(f"the staging destination {dest!r} is not inside the workspace",
                                "give a relative path such as .config/tool")
+        for i in range(1, len(parts)):
+            if not os.path.lexists(ws + "/" + "/".join(parts[:i])):
+                done.append("/".join(parts[:i]))  # made for the staging: not the session's work either
+                break
         fd = os.open(ws, _RD)
         try:
             for part in parts[:-1]:
