@@ -215,6 +215,31 @@ def leftover_lines(uid: int) -> list[str]:
     return lines
 
 
+def find_project_quietly() -> str:
+    from .cache import find_project
+
+    try:
+        return find_project(os.getcwd())
+    except OSError:
+        return ""
+
+
+def session_line(project: str, uid: int) -> str:
+    """How ``session start`` makes a workspace of this project here."""
+    from ..runtime import session_copy
+    from ..runtime.sessions import sessions_dir
+
+    store = sessions_dir(os.environ)
+    where = store if os.path.isdir(store) else cachemod.default_root(uid, os.environ)
+    if not os.path.isdir(where):
+        where = os.path.dirname(where)
+    how = session_copy.method(project, where) if project else "copy"
+    what = ("reflink (copy-on-write: the project and the sessions folder share a btrfs or XFS file system)"
+            if how == "reflink" else "plain copy (cp -a; no reflink between the project's file system and the "
+                                     "sessions folder's)")
+    return f"sessions: workspaces of {project or 'this project'} are made by {what}; {session_copy.method_note()}"
+
+
 def main(argv) -> int:
     p = Parser(prog="sbxc doctor")
     p.add_argument("--root", metavar="ROOT", type=absolute_path,
@@ -254,6 +279,7 @@ def main(argv) -> int:
     for root in roots:
         lines += cache_lines(root, uid)
     lines += leftover_lines(uid)
+    lines.append(session_line(find_project_quietly(), uid))
     sys.stdout.write("\n".join(lines) + "\n")
     if host.platform == "darwin":
         return 0

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import sys
 
-from ._args import Parser, parse
 
 USAGE = ("usage: sbxc session start [--policy P] [--from SNAPSHOT] [--stage SRC:DEST]... [--format text|json]\n"
          "       sbxc session list [--format text|json]\n"
@@ -49,45 +48,95 @@ def _json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 
+class Usage(Exception):
+    pass
+
+
+class Args:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+# verb -> (options taking a value, positional names; "paths" takes the rest)
+_GRAMMAR = {
+    "start": (("--format", "--policy", "--from", "--stage"), ()),
+    "list": (("--format",), ()),
+    "diff": (("--format",), ("id",)),
+    "apply": (("--format",), ("id", "paths")),
+    "stop": (("--snapshot",), ("id",)),
+    "drop": ((), ("name",)),
+}
+
+
 def _stage_arg(text: str) -> tuple[str, str]:
     src, sep, dest = text.rpartition(":")
     if not sep or not src or not dest:
-        import argparse
-
-        raise argparse.ArgumentTypeError(f"{text!r} is not SRC:DEST")
+        raise Usage(f"--stage {text!r} is not SRC:DEST")
     return os.path.abspath(os.path.expanduser(src)), dest
 
 
-def _parser(verb: str) -> Parser:
-    p = Parser(prog=f"sbxc session {verb}")
-    if verb in ("start", "list", "diff", "apply"):
-        p.add_argument("--format", choices=("text", "json"), default="text")
-    if verb == "start":
-        p.add_argument("--policy", metavar="P")
-        p.add_argument("--from", dest="snapshot", metavar="SNAPSHOT", default="")
-        p.add_argument("--stage", action="append", type=_stage_arg, default=[], metavar="SRC:DEST")
-    if verb in ("diff", "apply", "stop"):
-        p.add_argument("id")
-    if verb == "apply":
-        p.add_argument("paths", nargs="*")
-    if verb == "stop":
-        p.add_argument("--snapshot", metavar="NAME", default="")
-    if verb == "drop":
-        p.add_argument("name")
-    return p
+def parse_args(verb: str, argv: list) -> Args:
+    """The session commands' small grammar, by hand: ``argparse`` alone costs more start-up
+    time than taking a ready workspace from the pool."""
+    takes, positional = _GRAMMAR[verb]
+    a = Args(format="text", policy=None, snapshot="", stage=[], id=None, name=None, paths=[])
+    pos = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            pos += argv[i + 1:]
+            break
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            if name not in takes:
+                raise Usage(f"unknown option {arg!r}")
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise Usage(f"{name} needs a value")
+                i += 1
+                value = argv[i]
+            if name == "--format":
+                if value not in ("text", "json"):
+                    raise Usage(f"--format {value!r}: use text or json")
+                a.format = value
+            elif name == "--stage":
+                a.stage.append(_stage_arg(value))
+            elif name == "--from" or (name == "--snapshot" and verb == "stop"):
+                a.snapshot = value
+            else:
+                setattr(a, name[2:], value)
+        else:
+            pos.append(arg)
+        i += 1
+    for k in positional:
+        if k == "paths":
+            a.paths, pos = pos, []
+        elif pos:
+            setattr(a, k, pos.pop(0))
+        else:
+            raise Usage(f"missing {k.upper()}")
+    if pos:
+        raise Usage(f"unexpected argument {pos[0]!r}")
+    return a
 
 
 def main(argv) -> int:
-    if argv and argv[0] in ("-h", "--help", "help"):
-        sys.stdout.write(USAGE)
-        return 0
-    if not argv or argv[0] not in ("start", "list", "diff", "apply", "stop", "drop"):
+    if not argv or argv[0] not in _GRAMMAR:
+        if argv and argv[0] in ("-h", "--help", "help"):
+            sys.stdout.write(USAGE)
+            return 0
         sys.stderr.write(USAGE)
         return 2
     verb = argv[0]
-    args, code = parse(_parser(verb), argv[1:], sys.stderr)
-    if args is None:
-        return code
+    if "-h" in argv[1:] or "--help" in argv[1:]:
+        sys.stdout.write(USAGE)
+        return 0
+    try:
+        args = parse_args(verb, argv[1:])
+    except Usage as e:
+        sys.stderr.write(f"sbxc session {verb}: {e}\n{USAGE}")
+        return 2
     from ..runtime.errors import Refusal
 
     try:

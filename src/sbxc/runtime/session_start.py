@@ -87,15 +87,22 @@ def _ready_entries(store_fd: int, key: str) -> list:
 
 
 def _reap_pool(store_fd: int, key: str) -> None:
-    """Remove copies whose maker is gone before it finished (unlocked ``t-``)."""
+    """Remove copies whose maker is gone before it finished (unlocked ``t-``) and entries
+    a start has emptied (``e-`` without its workspace)."""
     try:
         key_fd = os.open(f"{POOL}/{key}", _RD, dir_fd=store_fd)
     except OSError:
         return
     try:
         with os.scandir(key_fd) as it:
-            names = [e.name for e in it if e.name.startswith("t-")]
+            names = [e.name for e in it if e.name.startswith(("t-", "e-"))]
         for name in names:
+            if name.startswith("e-"):
+                try:
+                    os.stat(f"{name}/ws", dir_fd=key_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    remove_entry(key_fd, name)
+                continue
             try:
                 fd = os.open(name, _RD, dir_fd=key_fd)
             except OSError:
@@ -112,7 +119,8 @@ def _reap_pool(store_fd: int, key: str) -> None:
 
 def take_ready(store_fd: int, key: str, source: dict, into_fd: int) -> dict | None:
     """Move a good ready copy's workspace into the session folder ``into_fd``: its
-    manifest, or None when there is none (a stale one is removed on the way)."""
+    manifest, or None when there is none (a stale one is removed on the way). The emptied
+    entry is left for the refill to remove (``_reap_pool``): the caller does not wait for it."""
     for name in _ready_entries(store_fd, key):
         try:
             fd = os.open(f"{POOL}/{key}/{name}", _RD, dir_fd=store_fd)
@@ -122,16 +130,24 @@ def take_ready(store_fd: int, key: str, source: dict, into_fd: int) -> dict | No
             try:
                 manifest = read_manifest(fd)
                 meta = read_meta(fd)
+            except FileNotFoundError:
+                continue  # taken by another start a moment ago
             except (OSError, ValueError, EOFError, TypeError):
                 manifest, meta = None, {}
             good = manifest is not None and meta.get("project") == source["project"] and (
                 source.get("snapshot") or sc.project_unchanged(source["project"], manifest))
             if good:
                 try:
-                    # A rename within one file system: the whole copy moves at once, whatever its size.
+                    # A rename within one file system: the whole copy moves at once, whatever
+                    # its size; of two starts racing for it, one gets it, the other goes on.
                     os.rename("ws", "ws", src_dir_fd=fd, dst_dir_fd=into_fd)
-                except OSError:
-                    good = False
+                except FileNotFoundError:
+                    continue
+                try:
+                    os.unlink("manifest", dir_fd=fd)
+                except FileNotFoundError:
+                    pass
+                return manifest
         finally:
             os.close(fd)
         kfd = os.open(f"{POOL}/{key}", _RD, dir_fd=store_fd)
@@ -139,8 +155,6 @@ def take_ready(store_fd: int, key: str, source: dict, into_fd: int) -> dict | No
             remove_entry(kfd, name)
         finally:
             os.close(kfd)
-        if good:
-            return manifest
     return None
 
 
@@ -381,7 +395,7 @@ def pool_status(store_fd: int) -> dict:
         for key in keys:
             kfd = os.open(key, _RD, dir_fd=pfd)
             try:
-                ready = [n for n in os.listdir(kfd) if n.startswith("e-")]
+                ready = [n for n in os.listdir(kfd) if n.startswith("e-") and os.path.lexists(f"/proc/self/fd/{kfd}/{n}/ws")]
                 out[key] = (len(ready), size_of(pfd, key))
             finally:
                 os.close(kfd)
