@@ -196,6 +196,8 @@ def test_diff_and_apply_with_host_changes(s, project, tmp_path):
     import json
 
     changes = {c["path"]: (c["change"], c["host_changed"]) for c in json.loads(d.out)["changes"]}
+    text = s("session", "diff", sid)
+    assert "+ws" in text.out and "A escape" in text.out and str(outside) not in text.out, text
     assert changes["README"] == ("changed", False) and changes["src/a.py"] == ("changed", True), changes
     assert changes["src/b.py"][0] == "deleted" and changes["src/new.py"][0] == "added"
     r = s("session", "apply", sid)

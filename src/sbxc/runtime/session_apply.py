@@ -51,25 +51,43 @@ def diff_rows(manifest: dict, meta: dict, ws: str) -> list:
     return rows
 
 
+def _read_text(top: str, rel: str, limit: int):
+    """The lines of the regular file ``top/rel``, opened folder by folder without following
+    a link (a command still running in the workspace may swap a folder for a link to
+    something of the person's; its content must never be printed), or None for anything
+    that is not small UTF-8 text."""
+    parts = rel.split("/")
+    try:
+        d = _open_dirs(top, parts[:-1])
+    except (Refused, OSError):
+        return None
+    try:
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=d)
+    except OSError:
+        return None
+    finally:
+        os.close(d)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        data = os.read(fd, limit + 1)
+        if b"\0" in data:
+            return None
+        return data.decode("utf-8").splitlines(keepends=True)
+    except (OSError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
+
+
 def unified(meta: dict, ws: str, rel: str, change: str, limit: int = 1 << 20) -> str:
     """A unified diff of one file (host as it was, workspace now), or '' for binary or
     large files, folders and links."""
     import difflib
 
-    def text(path):
-        try:
-            if not os.path.isfile(path) or os.path.islink(path) or os.path.getsize(path) > limit:
-                return None
-            with open(path, "rb") as f:
-                data = f.read()
-            if b"\0" in data:
-                return None
-            return data.decode("utf-8").splitlines(keepends=True)
-        except (OSError, UnicodeDecodeError):
-            return None
-
-    old = [] if change == "added" else text(f"{meta['project']}/{rel}")
-    new = [] if change == "deleted" else text(f"{ws}/{rel}")
+    old = [] if change == "added" else _read_text(meta["project"], rel, limit)
+    new = [] if change == "deleted" else _read_text(ws, rel, limit)
     if old is None or new is None:
         return ""
     return "".join(difflib.unified_diff(old, new, f"a/{rel}", f"b/{rel}"))
