@@ -41,15 +41,17 @@ class RunResult:
 
 
 def _command() -> list:
-    return [sys.executable, "-m", "sbxc"]
+    """The sbxc this module belongs to, whatever the harness did to ``sys.path``. ``-I``:
+    the commands run with the project as their current folder, and ``python -m sbxc``
+    there would import a ``sbxc`` package from the project first (one that a sandboxed
+    command may have written)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return [sys.executable, "-I", "-c",
+            f"import sys; sys.path.insert(0, {here!r}); from sbxc.cli import main; sys.exit(main(sys.argv[1:]))"]
 
 
 def _env() -> dict:
-    env = dict(os.environ)
-    # The sbxc this module belongs to, whatever the harness did to sys.path.
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    return dict(os.environ)
 
 
 class Session:

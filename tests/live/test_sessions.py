@@ -365,6 +365,13 @@ def test_python_api_drives_a_session(project, home, bwrap_works, monkeypatch):
     import sbxc
 
     monkeypatch.setenv("HOME", home)
+    # A package named sbxc in the project (a command could have put it there) is never run
+    # by the API, which starts its commands with the project as their current folder.
+    os.makedirs(os.path.join(project, "sbxc"))
+    with open(os.path.join(project, "sbxc", "__main__.py"), "w") as f:
+        f.write("open(__file__ + '.ran', 'w').close()\n")
+    with open(os.path.join(project, "sbxc", "__init__.py"), "w") as f:
+        f.write("open(__file__ + '.ran', 'w').close()\n")
     with sbxc.Session.start(project) as sess:
         r = sess.run(["sh", "-c", "echo api > README; cat README"])
         assert r.status == 0 and r.stdout == b"api\n", r
@@ -372,7 +379,7 @@ def test_python_api_drives_a_session(project, home, bwrap_works, monkeypatch):
         assert r.status == 0 and r.stdout == b"IN\n", r
         r = sess.run(["sleep", "30"], timeout=1)
         assert r.timed_out and r.status is None
-        assert [(c["path"], c["change"]) for c in sess.diff()] == [("README", "changed")]
+        assert [(c["path"], c["change"]) for c in sess.diff()] == [("README", "changed")], sess.diff()
         assert open(os.path.join(project, "README")).read() == "hello\n"
         got = sess.apply(["README"])
         assert [a["path"] for a in got["applied"]] == ["README"] and got["refused"] == []
@@ -383,6 +390,11 @@ def test_python_api_drives_a_session(project, home, bwrap_works, monkeypatch):
     assert not [n for n in os.listdir(sessions_root()) if n.startswith("s-")]
     with pytest.raises(sbxc.SessionError):
         sbxc.Session.start(project, from_snapshot="no-such")
-    r = run(sbxc_argv("session", "drop", "api-snap"), env=base_env(home), cwd=project)
+    r = run(sbxc_argv("session", "drop", "api-snap"), env=base_env(home), cwd=home)
     assert r.rc == 0, r
-    assert "sbxc.session" not in sys.modules or True
+    planted = os.path.join(project, "sbxc")
+    assert not [n for n in os.listdir(planted) if n.endswith(".ran")]
+    # Control: `python -m sbxc` from the project's folder does run the planted package.
+    subprocess.run([sys.executable, "-m", "sbxc", "--version"], cwd=project, env=base_env(home),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert [n for n in os.listdir(planted) if n.endswith(".ran")]
