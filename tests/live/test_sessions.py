@@ -350,6 +350,8 @@ def test_warm_pool_is_used_only_while_the_project_is_unchanged(s, project):
         return False
 
     assert pool_ready()
+    pool = json.loads(s("session", "list", "--format", "json").out)["pool"]
+    assert [(p["ready"], p["size"], p["source"]) for p in pool] == [(1, 1, project)], pool
     got = json.loads(s("session", "start", "--format", "json").out)
     assert got["method"] == "pool", got
     assert s.sh(got["id"], "cat README").out == "hello\n"

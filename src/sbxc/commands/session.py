@@ -187,7 +187,8 @@ def _list(args) -> int:
             rows.append({"kind": e.kind, "name": e.name, "state": e.state, "project": e.meta.get("project", ""),
                          "bytes": size, "age_s": round(time.time() - created / 1e9) if created else None,
                          "from": e.meta.get("from", ""), "method": e.meta.get("method", "")})
-        pool = [{"key": k, "ready": n, "bytes": b} for k, (n, b) in pool_status(fd).items()]
+        pool = [{"key": k, "ready": n, "bytes": b, "size": int(z) if str(z).isdigit() else None, "source": src}
+                for k, (n, b, z, src) in pool_status(fd).items()]
     finally:
         os.close(fd)
     if args.format == "json":
@@ -202,7 +203,8 @@ def _list(args) -> int:
         sys.stdout.write(f"{r['kind']:8} {r['name']:14} {human_size(r['bytes']):>8} {r['age_s'] or 0:>6}s  "
                          f"{r['project']}{state}\n")
     for p in pool:
-        sys.stdout.write(f"pool     {p['key']}: {p['ready']} ready, {human_size(p['bytes'])}\n")
+        sys.stdout.write(f"pool     {p['source'] or p['key']}: {p['ready']} ready of {p['size']} "
+                         f"(workspace.pool), {human_size(p['bytes'])} on disk\n")
     return 0
 
 

@@ -165,6 +165,16 @@ def refill(key: str, source: dict, size: int, environ) -> None:
     store_fd = open_store(environ)
     try:
         _reap_pool(store_fd, key)
+        pool_fd = _mkdir_open(store_fd, POOL)
+        try:
+            key_fd = _mkdir_open(pool_fd, key)
+        finally:
+            os.close(pool_fd)
+        try:
+            # What `session list` shows beside the copies: the size the policy asks for.
+            write_meta(key_fd, {"pool": size, "source": source.get("snapshot") or source["project"]})
+        finally:
+            os.close(key_fd)
         store = sessions_dir(environ)
         for _ in range(max(0, size - len(_ready_entries(store_fd, key)))):
             _make_ready(store_fd, store, key, source, environ)
@@ -383,7 +393,7 @@ def drop_snapshot(name: str, environ) -> None:
 
 
 def pool_status(store_fd: int) -> dict:
-    """{key: (ready copies, bytes)}."""
+    """{key: (ready copies, bytes, the pool size asked for, its source)}."""
     out = {}
     try:
         pfd = os.open(POOL, _RD, dir_fd=store_fd)
@@ -396,7 +406,8 @@ def pool_status(store_fd: int) -> dict:
             kfd = os.open(key, _RD, dir_fd=pfd)
             try:
                 ready = [n for n in os.listdir(kfd) if n.startswith("e-") and os.path.lexists(f"/proc/self/fd/{kfd}/{n}/ws")]
-                out[key] = (len(ready), size_of(pfd, key))
+                meta = read_meta(kfd)
+                out[key] = (len(ready), size_of(pfd, key), meta.get("pool", "?"), meta.get("source", ""))
             finally:
                 os.close(kfd)
     finally:
