@@ -49,19 +49,25 @@ def timed(argv, env, cwd) -> tuple[float, str]:
 
 
 def wait_pool(root: str, want: int = 1, timeout: float = 600) -> None:
+    """Until no refill is at work and ``want`` ready copies exist (in all pools)."""
+    from sbxc.runtime.session_start import refill_running
+
     pool = f"{root}/sessions/pool"
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if os.path.isdir(pool):
-            busy = ready = 0
-            for key in os.listdir(pool):
-                names = os.listdir(f"{pool}/{key}")
-                busy += sum(n.startswith("t-") for n in names)
-                ready += sum(n.startswith("e-") for n in names)
+        if not os.path.isdir(pool):
+            if want == 0:
+                return
+        else:
+            fd = os.open(f"{root}/sessions", os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                busy = refill_running(fd)
+            finally:
+                os.close(fd)
+            ready = sum(n.startswith("e-") and os.path.isdir(f"{pool}/{k}/{n}/ws")
+                        for k in os.listdir(pool) for n in os.listdir(f"{pool}/{k}"))
             if not busy and ready >= want:
                 return
-        elif want == 0:
-            return
         time.sleep(0.05)
     sys.exit("the pool was not refilled in time")
 

@@ -30,13 +30,18 @@ def own_root(tmp_path, monkeypatch):
     root = tmp_path / "sbxc-root"
     monkeypatch.setenv("SBXC_ROOT", str(root))
     yield str(root)
-    pool = root / "sessions" / "pool"
-    deadline = time.time() + 30
-    while pool.is_dir() and time.time() < deadline and any(
-            n.startswith("t-") for d in os.listdir(pool) for n in os.listdir(pool / d)):
-        time.sleep(0.05)
-    time.sleep(0.1)
+    from sbxc.runtime.session_start import refill_running
+    from sbxc.runtime.sessions import open_store
     from sbxc.runtime.trees import remove_path
+
+    if (root / "sessions").is_dir():
+        fd = open_store(os.environ, create=False)
+        try:
+            deadline = time.time() + 60
+            while refill_running(fd) and time.time() < deadline:
+                time.sleep(0.05)
+        finally:
+            os.close(fd)
 
     remove_path(str(root))
 
@@ -344,7 +349,8 @@ def test_warm_pool_is_used_only_while_the_project_is_unchanged(s, project):
     def pool_ready():
         deadline = time.time() + 30
         while time.time() < deadline:
-            if any(n.startswith("e-") for d in os.listdir(f"{root}/pool") for n in os.listdir(f"{root}/pool/{d}")):
+            if any(n.startswith("e-") and os.path.isdir(f"{root}/pool/{d}/{n}/ws")
+                   for d in os.listdir(f"{root}/pool") for n in os.listdir(f"{root}/pool/{d}")):
                 return True
             time.sleep(0.05)
         return False

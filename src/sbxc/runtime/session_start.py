@@ -158,56 +158,106 @@ def take_ready(store_fd: int, key: str, source: dict, into_fd: int) -> dict | No
     return None
 
 
-def refill(key: str, source: dict, size: int, environ) -> None:
-    """Bring ``pool/<key>`` up to ``size`` ready copies (called in the background)."""
+def refill(key: str, source: dict, size: int, environ, started_fd: int = -1) -> None:
+    """Bring ``pool/<key>`` up to ``size`` ready copies (in the background). One refill per
+    pool at a time: it holds ``pool/<key>/refill.lock`` while it works, and a second one
+    that finds it held leaves the work to the first, which counts again after each copy.
+    ``started_fd``: written to (and closed) once the lock is decided, so the caller knows
+    the refill is under way (or not needed) when it returns."""
     from .sessions import open_store
 
     store_fd = open_store(environ)
+    lock_fd = -1
     try:
-        _reap_pool(store_fd, key)
         pool_fd = _mkdir_open(store_fd, POOL)
         try:
             key_fd = _mkdir_open(pool_fd, key)
         finally:
             os.close(pool_fd)
         try:
+            lock_fd = os.open("refill.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                              dir_fd=key_fd)
+            mine = try_lock(lock_fd)
+            if started_fd >= 0:
+                os.write(started_fd, b"1")
+                os.close(started_fd)
+                started_fd = -1
+            if not mine:
+                return
             # What `session list` shows beside the copies: the size the policy asks for.
             write_meta(key_fd, {"pool": size, "source": source.get("snapshot") or source["project"]})
         finally:
             os.close(key_fd)
+        _reap_pool(store_fd, key)
         store = sessions_dir(environ)
-        for _ in range(max(0, size - len(_ready_entries(store_fd, key)))):
+        for _ in range(size + 2):
+            if len(_ready_entries(store_fd, key)) >= size:
+                break
             _make_ready(store_fd, store, key, source, environ)
     finally:
+        if started_fd >= 0:
+            os.close(started_fd)
+        if lock_fd >= 0:
+            os.close(lock_fd)
         os.close(store_fd)
 
 
 def refill_in_background(key: str, source: dict, size: int, environ) -> None:
-    """``refill`` in a detached grandchild: the caller neither waits nor reaps it, and it
-    holds none of the caller's descriptors (a pipe the caller's caller reads would
-    otherwise stay open until the copy is done)."""
+    """``refill`` in a detached grandchild: the caller does not reap it, and it holds none
+    of the caller's descriptors (a pipe the caller's caller reads would otherwise stay open
+    until the copy is done). Returns once the refill holds its lock (or found it held)."""
     if size <= 0:
         return
     import sys
 
     sys.stdout.flush()
     sys.stderr.flush()
+    r, w = os.pipe()
     pid = os.fork()
     if pid:
+        os.close(w)
         os.waitpid(pid, 0)
+        try:
+            os.read(r, 1)  # end of file as well when the refill died before it got that far
+        finally:
+            os.close(r)
         return
     try:
+        os.close(r)
         os.setsid()
         if os.fork():
             os._exit(0)
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
-        os.closerange(3, 65536)
-        refill(key, source, size, environ)
+        os.closerange(3, w)
+        os.closerange(w + 1, 65536)
+        refill(key, source, size, environ, started_fd=w)
     except BaseException:
         os._exit(1)
     os._exit(0)
+
+
+def refill_running(store_fd: int) -> bool:
+    """Whether any pool's refill is at work (its lock held)."""
+    try:
+        pfd = os.open(POOL, _RD, dir_fd=store_fd)
+    except FileNotFoundError:
+        return False
+    try:
+        for key in os.listdir(pfd):
+            try:
+                fd = os.open(f"{key}/refill.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+            except OSError:
+                continue
+            try:
+                if not try_lock(fd):
+                    return True
+            finally:
+                os.close(fd)
+        return False
+    finally:
+        os.close(pfd)
 
 
 # ------------------------------------------------------------------ staging
