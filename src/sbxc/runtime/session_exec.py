@@ -39,7 +39,11 @@ def run(session, ephemeral: bool, policy, plan, backend, network, cmd, environ, 
             if not ephemeral:
                 if policy is None and plan is None and meta.get("policy"):
                     policy = meta["policy"]
-                pf = load_plan(policy, plan, backend, network, now, cwd, compile)
+                project = meta.get("project", "")
+                # Run from outside the project: its policy is found from the project, as at the start.
+                inside = cwd == project or cwd.startswith(project.rstrip("/") + "/")
+                where = cwd if inside or plan is not None else project
+                pf = load_plan(policy, plan, backend, network, now, where, compile)
             ws = Workspace(meta.get("project", ""), f"{sessions_dir(environ)}/{SESSION_PREFIX}{session}/ws")
             status = launch(pf, cmd, environ, cwd, watch=policy_watch(pf.get("sources") if plan is None else (), cwd),
                             paths_checked=plan is None, state=state, now=now, workspace=ws)
