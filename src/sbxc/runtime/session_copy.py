@@ -33,6 +33,7 @@ from .sessions import SessionError
 
 MARGIN_NS = 2_000_000_000
 _RD = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PATH_DIR = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _type(mode: int) -> str:
@@ -218,24 +219,61 @@ def project_unchanged(project: str, manifest: dict) -> bool:
     """Whether ``project`` is, entry for entry, what ``manifest`` recorded: every entry's
     stat (a changed file has a new ctime; a folder that gained or lost a name has a new
     ctime too, so names added anywhere are seen at their folder), and the content of
-    entries too recent for their stat to tell. One lstat per entry: the pool's check."""
-    lstat = os.lstat
-    for rel, e in manifest.items():
-        if e[8] or e[4] == -1:
-            return False
-        if e[9] is not None:
-            if not host_unchanged(project, rel, e):
-                return False
-            continue
+    entries too recent for their stat to tell. One ``fstatat`` per entry, relative to its
+    folder's descriptor (each folder opened once, without following a link): the pool's
+    check, whose cost grows with the number of entries, not with their size."""
+    dirs = {}
+    try:
         try:
-            h = lstat(project + "/" + rel if rel else project)
+            dirs[""] = os.open(project, _PATH_DIR)
         except OSError:
             return False
-        if h.st_ino != e[4] or h.st_ctime_ns != e[5]:
-            return False
-        if e[0] != "d" and (h.st_size != e[2] or h.st_mtime_ns != e[3]):
-            return False
-    return True
+        stat_at = os.stat
+        for rel, e in manifest.items():
+            if e[8] or e[4] == -1:
+                return False
+            if e[9] is not None:
+                if not host_unchanged(project, rel, e):
+                    return False
+                continue
+            if not rel:
+                h = os.fstat(dirs[""])
+            else:
+                parent, _, name = rel.rpartition("/")
+                pfd = dirs.get(parent)
+                if pfd is None:
+                    pfd = _open_dir(dirs, parent)
+                    if pfd is None:
+                        return False
+                try:
+                    h = stat_at(name, dir_fd=pfd, follow_symlinks=False)
+                except OSError:
+                    return False
+            if h.st_ino != e[4] or h.st_ctime_ns != e[5]:
+                return False
+            if e[0] != "d" and (h.st_size != e[2] or h.st_mtime_ns != e[3]):
+                return False
+        return True
+    finally:
+        for fd in dirs.values():
+            os.close(fd)
+
+
+def _open_dir(dirs: dict, rel: str):
+    """The descriptor of folder ``rel`` (opened from its parent's, never through a link),
+    kept in ``dirs``; None when it is not a folder any more."""
+    parent, _, name = rel.rpartition("/")
+    pfd = dirs.get(parent)
+    if pfd is None:
+        pfd = _open_dir(dirs, parent)
+        if pfd is None:
+            return None
+    try:
+        fd = os.open(name, _PATH_DIR, dir_fd=pfd)
+    except OSError:
+        return None
+    dirs[rel] = fd
+    return fd
 
 
 def _same_content(a: str, b: str) -> bool:

@@ -144,9 +144,9 @@ def take_ready(store_fd: int, key: str, source: dict, into_fd: int) -> dict | No
                 except FileNotFoundError:
                     continue
                 try:
-                    os.unlink("manifest", dir_fd=fd)
-                except FileNotFoundError:
-                    pass
+                    os.rename("manifest", "manifest", src_dir_fd=fd, dst_dir_fd=into_fd)
+                except OSError:
+                    write_manifest(into_fd, manifest)
                 return manifest
         finally:
             os.close(fd)
@@ -342,7 +342,7 @@ def start(project: str, settings: dict, environ, from_snapshot: str = "", stage=
                                          int(source.get("ready_ns", 0)))
                 else:
                     manifest = sc.record(project, f"{store}/{name}/ws", started)
-            write_manifest(fd, manifest)
+                write_manifest(fd, manifest)
             staged = _stage(f"{store}/{name}/ws", list(settings.get("stage") or ()) + list(stage), environ)
             meta.update(state="ready", ready_ns=sc.now_ns(), method=how, staged="\x1f".join(staged))
             write_meta(fd, meta)
