@@ -191,7 +191,7 @@ env: {pass: [PATH], set: {A: b}}
 landlock: {min_abi: 1, best_effort: false}
 syscalls: {deny: [ptrace], allow_unix_sockets: false}
 locked: [network]
-workspace: {max_sessions: 2, max_bytes: 1000}
+workspace: {max_sessions: 2, max_bytes: 1000, pool: 1, stage: ["/etc/hostname:hostname"]}
 """)
     assert r.ok, [d.message for d in r.diagnostics]
     import yaml

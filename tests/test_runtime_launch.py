@@ -24,7 +24,7 @@ def test_parse_args_command_after_dashdash_is_untouched():
 
 @pytest.mark.parametrize("argv", [
     [], ["--policy"], ["--policy", "a", "--plan", "b", "--", "x"], ["--network=maybe", "--", "x"],
-    ["--backend", "docker", "--", "x"], ["--frobnicate", "--", "x"], ["--session", "s1", "--", "x"],
+    ["--backend", "docker", "--", "x"], ["--frobnicate", "--", "x"], ["--session", "s1", "--ephemeral", "--", "x"],
 ])
 def test_parse_args_refusals(argv):
     with pytest.raises(Refusal):

@@ -18,6 +18,7 @@ COMMANDS = {
     "explain": ("sbxc.commands.explain", "main"),
     "completion": ("sbxc.commands.completion", "main"),
     "help": ("sbxc.cli", "help_main"),
+    "session": ("sbxc.commands.session", "main"),
 }
 
 

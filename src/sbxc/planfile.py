@@ -54,6 +54,8 @@ def runtime_section(plan) -> dict:
                    for r in plan.fs if r.origin != "cache"],
         # Optional rules skipped because their path was missing: when one appears, a cached
         # plan is stale (compiled again), though running it would only grant less.
+        # Per-session workspaces (runtime/sessions): quotas, the pool's size, what is staged.
+        "workspace": {k: ([list(x) for x in v] if k == "stage" else v) for k, v in plan.workspace if k != "span"},
         "skipped": sorted({s.path for s in plan.skipped if s.path.startswith("/")}),
     }
 

@@ -231,6 +231,7 @@ def lower(plan: Plan, host) -> Lowered:
         # no rule covers is not there (SPEC §2), so it must not be creatable either.
         argv += ["--remount-ro", "/"]
 
+    verdicts += _session_verdicts(plan)
     if net.mode == NET_ON:
         verdicts.append(verdict(NAME, "network: true", ENFORCED, net.span))
         # The host's network namespace holds the host's abstract Unix socket names; only a
@@ -284,3 +285,18 @@ def host_subject(h) -> str:
     ports = "" if h.ports == (80, 443) else ":" + ",".join(str(p) for p in h.ports)
     where = f" (@{h.group}: {h.source})" if h.group else ""
     return f"allow {h.host}{ports}{where}"
+
+
+def _session_verdicts(plan) -> list:
+    """Rows for a policy that sets ``workspace:`` (runtime/session_mounts does the work)."""
+    ws = dict(plan.workspace)
+    span = ws.get("span")
+    if span is None:
+        return []
+    # The workspace is bound at the project's own path, under the same rules.
+    out = [verdict(NAME, "session workspaces", ENFORCED, span)]
+    if "max_bytes" in ws:
+        out.append(verdict(NAME, "workspace.max_bytes", PARTIAL, span,
+                           "sizes are checked between commands (after each command, at session apply and at "
+                           "stop --snapshot), not enforced while a command writes"))
+    return out

@@ -450,4 +450,21 @@ def lower(plan: Plan, host) -> Lowered:
     if net.mode == NET_HOSTS:
         # The proxy's port is known only once it listens: the runtime adds its connect rule.
         data["proxy_port"] = True
-    return Lowered(BACKEND, data, tuple(L.verdicts))
+    return Lowered(BACKEND, data, tuple(L.verdicts) + tuple(_session_verdicts(plan)))
+
+
+def _session_verdicts(plan) -> list:
+    """Rows for a policy that sets ``workspace:`` (runtime/session_mounts does the work)."""
+    ws = dict(plan.workspace)
+    span = ws.get("span")
+    if span is None:
+        return []
+    out = [verdict(BACKEND, "session workspaces", PARTIAL, span,
+                   "no mount namespace: a session's command starts in its workspace, which lies in sbxc's "
+                   "sessions folder, not at the project's path; absolute paths into the project reach the host's "
+                   "copy, read-only")]
+    if "max_bytes" in ws:
+        out.append(verdict(BACKEND, "workspace.max_bytes", PARTIAL, span,
+                           "sizes are checked between commands (after each command, at session apply and at "
+                           "stop --snapshot), not enforced while a command writes"))
+    return out

@@ -119,12 +119,13 @@ EXEC = Command(
     "exec", "run CMD in the sandbox",
     flags=(POLICY, Flag("--plan", "a compiled plan file (from compile -o) instead of a policy", metavar="F", path=True),
            BACKEND, NETWORK, NO_NETWORK,
-           Flag("--session", "run in a session's workspace (not part of this version)", metavar="ID"), HELP),
+           Flag("--session", "run in a session's workspace (sbxc session start prints the ID)", metavar="ID"),
+           Flag("--ephemeral", "run in a fresh session's workspace, discarded afterwards"), HELP),
     rest="CMD...",
     exits=("CMD's own status (128+N when it died of signal N)",
            "125 sbxc refused or failed before CMD ran (usage errors included: 2 could be CMD's own)",
            "126 CMD found but not executable", "127 CMD not found"),
-    exclusive=(("policy", "plan"),),
+    exclusive=(("policy", "plan"), ("session", "ephemeral")),
     notes=("The command starts at the first word that is not an option, or after --.",),
 )
 COMPILE = Command(

@@ -249,6 +249,31 @@ def plan_cache_lines() -> list[str]:
     return lines
 
 
+def find_project_quietly() -> str:
+    from .cache import find_project
+
+    try:
+        return find_project(os.getcwd())
+    except OSError:
+        return ""
+
+
+def session_line(project: str, uid: int) -> str:
+    """How ``session start`` makes a workspace of this project here."""
+    from ..runtime import session_copy
+    from ..runtime.sessions import sessions_dir
+
+    store = sessions_dir(os.environ)
+    where = store if os.path.isdir(store) else cachemod.default_root(uid, os.environ)
+    if not os.path.isdir(where):
+        where = os.path.dirname(where)
+    how = session_copy.method(project, where) if project else "copy"
+    what = ("reflink (copy-on-write: the project and the sessions folder share a btrfs or XFS file system)"
+            if how == "reflink" else "plain copy (cp -a; no reflink between the project's file system and the "
+                                     "sessions folder's)")
+    return f"sessions: workspaces of {project or 'this project'} are made by {what}; {session_copy.method_note()}"
+
+
 def main(argv) -> int:
     args, code = _help.run_parse(_args.DOCTOR, argv, sys.stdout, sys.stderr)
     if args is None:
@@ -299,6 +324,7 @@ def main(argv) -> int:
         lines += c
     lines += leftovers
     lines += plan_cache_lines()
+    lines.append(session_line(find_project_quietly(), uid))
     sys.stdout.write("\n".join(lines) + "\n")
     return code
 

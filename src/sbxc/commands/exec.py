@@ -19,7 +19,7 @@ HelpAsked = _args.HelpAsked
 
 
 class Args:
-    __slots__ = ("policy", "plan", "backend", "network", "session", "cmd")
+    __slots__ = ("policy", "plan", "backend", "network", "session", "ephemeral", "cmd")
 
     def __init__(self, parsed: dict):
         self.policy = parsed["policy"]
@@ -27,6 +27,7 @@ class Args:
         self.backend = parsed["backend"]
         self.network = parsed["network"]  # None: the plan decides; "on" / "off": the flag wins
         self.session = parsed["session"]
+        self.ephemeral = bool(parsed["ephemeral"])
         self.cmd = parsed["cmd"]
 
 
@@ -37,8 +38,6 @@ def parse_args(argv: list) -> Args:
         a = Args(_args.parse(_args.EXEC, argv))
     except _args.Usage as e:
         raise Refusal(f"exec: {e}", "see sbxc help exec") from None
-    if a.session is not None:
-        raise Refusal("--session is not available in this version", "run without --session")
     if not a.cmd:
         took = [f"{w} {v}" for w, v in zip(argv, argv[1:]) if w == "--network" and v.lower() in _args.NETWORK.choices]
         raise Refusal("exec: no command given" + (f" ({took[0]!r}: that word is the value of --network)" if took else ""),
@@ -113,6 +112,11 @@ def exec_main(argv, compile=compile_on_miss) -> int:
             cwd = os.getcwd()
         except OSError:
             raise Refusal("the current folder is gone", "cd to an existing folder") from None
+        if a.session is not None or a.ephemeral:
+            from ..runtime.session_exec import run as run_in_session
+
+            return run_in_session(a.session, a.ephemeral, a.policy, a.plan, a.backend, a.network, a.cmd, environ,
+                                  cwd, compile, state)
         return run_exec(a.policy, a.plan, a.backend, a.network, a.cmd, environ, cwd, compile, state)
     except Refusal as r:
         if state.started:

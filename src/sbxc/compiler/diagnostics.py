@@ -72,7 +72,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX047": (ERROR, "unknown host group \"@{name}\"{suggest}"),
     "SBX048": (WARNING, "network rule {rule} can never be used: {why}"),
     "SBX049": (WARNING, "{rule}: {why}"),
-    "SBX045": (WARNING, "{key} is accepted but not enforced: per-session workspaces are not part of this version"),
+    "SBX045": (ERROR, "workspace.stage \"{entry}\": {why}"),
     "SBX028": (WARNING, "\"{written}\" looks like a Windows variable, which sbxc does not expand; the path keeps it as written{suggest}"),
     # enforcement (from the backends' reports)
     "SBX050": (ERROR, "{backend}: {subject}: not enforceable: {why}"),

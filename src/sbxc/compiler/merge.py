@@ -21,7 +21,7 @@ from .yamltree import decode_source, load_yaml
 
 MAX_EXTENDS = 32
 
-LIST_KEYS = ("filesystem", "cache.tools", "env.pass", "syscalls.deny", "locked")
+LIST_KEYS = ("filesystem", "cache.tools", "env.pass", "syscalls.deny", "locked", "workspace.stage")
 """Keys whose lists join across files (SPEC §1); every other key: the later file wins."""
 
 _HOME_ORDER = {"hidden": 0, "read-only": 1, "writable": 2}
@@ -115,7 +115,9 @@ def _loosening_scalar(key: str, old, new, added) -> str:
         return f"turns {key} on" if new and not old else ""
     if key == "cache.required":
         return "turns cache.required off" if old and not new else ""
-    if key.startswith("workspace."):
+    if key == "workspace.pool":
+        return ""  # ready copies only cost the caller's disk; they grant nothing
+    if key in ("workspace.max_bytes", "workspace.max_sessions"):
         return f"raises {key} to {new} from {old}" if old is not None and new > old else ""
     if key in LIST_KEYS:
         return f"adds {describe_value(added)} to {key}" if added else ""
@@ -323,5 +325,7 @@ def resolve(m: Merged) -> Settings:
                         tuple(sorted((name, s.value) for name, s in m.env_set.items()))),
         landlock=LandlockSettings(value("landlock.min_abi"), value("landlock.best_effort")),
         syscalls=SyscallSettings(names(value("syscalls.deny").value), value("syscalls.allow_unix_sockets")),
-        workspace=WorkspaceSettings(value("workspace.max_bytes"), value("workspace.max_sessions")),
+        workspace=WorkspaceSettings(value("workspace.max_bytes"), value("workspace.max_sessions"),
+                                    value("workspace.pool"),
+                                    tuple(Value(x.value, x.span) for x in value("workspace.stage").value)),
     )

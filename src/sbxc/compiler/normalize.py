@@ -95,7 +95,7 @@ def normalize(st: Settings, ctx: Context, root_dir: str, sources: tuple = ()) ->
     env = _env(st.env, ctx.diags)
     syscalls = _syscalls(st.syscalls)
     landlock = _landlock(st.landlock)
-    workspace = _workspace(st.workspace, ctx.diags)
+    workspace = _workspace(st.workspace, ex, ctx.diags)
 
     if any(d.severity == "error" for d in ctx.diags):
         return None
@@ -431,11 +431,33 @@ def _landlock(ls: LandlockSettings) -> LandlockPlan:
                         ls.min_abi.span or ls.best_effort.span or BUILTIN_SPAN)
 
 
-def _workspace(ws: WorkspaceSettings, diags: list) -> tuple[tuple[str, int], ...]:
-    quotas = tuple((name, v) for name, v in (("max_bytes", ws.max_bytes), ("max_sessions", ws.max_sessions))
-                   if v.span is not None)
-    for name, v in quotas:
-        # The quotas are kept in the plan, but nothing runs sessions yet: say so rather
-        # than let a quota look enforced.
-        diags.append(diag("SBX045", v.span, key=f"workspace.{name}"))
-    return tuple((name, v.value) for name, v in quotas)
+def _workspace(ws: WorkspaceSettings, ex: Expander, diags: list) -> tuple[tuple[str, object], ...]:
+    out: list[tuple[str, object]] = [(name, v.value) for name, v in (("max_bytes", ws.max_bytes),
+                                                                     ("max_sessions", ws.max_sessions))
+                                     if v.span is not None]
+    out.append(("pool", int(ws.pool.value)))
+    stage = []
+    for v in ws.stage:
+        src, sep, dest = v.value.rpartition(":")
+        if not sep or not src or not dest:
+            diags.append(diag("SBX045", v.span, entry=v.value, why="write it as SOURCE:DEST",
+                              hint="e.g. ~/.config/tool:.config/tool"))
+            continue
+        real = ex.expand(src, lambda o, n: v.span, allowed=("home", "uid", "tmp", "project"))
+        if real is None:
+            continue
+        parts = dest.split("/")
+        if not real.startswith("/"):
+            diags.append(diag("SBX045", v.span, entry=v.value, why="the source must be an absolute path",
+                              hint="start it with /, ~/ or {home}"))
+        elif dest.startswith("/") or ".." in parts or "\x00" in dest:
+            diags.append(diag("SBX045", v.span, entry=v.value,
+                              why="the destination must be a path inside the workspace (relative, no ..)"))
+        else:
+            stage.append((lexical(real), "/".join(p for p in parts if p and p != ".")))
+    out.append(("stage", tuple(stage)))
+    declared = [v.span for v in (ws.max_bytes, ws.max_sessions, ws.pool) + tuple(ws.stage) if v.span is not None]
+    if declared:
+        # The policy means to use sessions: the backends add their report rows about them.
+        out.append(("span", min(declared, key=lambda sp: (sp.line, sp.col))))
+    return tuple(out)

@@ -184,8 +184,11 @@ class Plan:
     landlock: LandlockPlan
     sources: tuple[tuple[str, str], ...] = ()
     """(path, sha256) of every policy file that went into the plan."""
-    workspace: tuple[tuple[str, int], ...] = ()
-    """Session quotas: (``max_sessions``/``max_bytes``, value)."""
+    workspace: tuple[tuple[str, object], ...] = ()
+    """Per-session workspace settings, as (name, value): ``max_sessions`` and ``max_bytes``
+    (only when a policy sets them), ``pool`` (ready copies), ``stage`` (((source, dest), ...)
+    with source an absolute host path and dest relative to the workspace), and ``span`` (where
+    the policy sets the first of them; absent when it sets none)."""
 
 
 def path_depth(path: str) -> int:

@@ -54,7 +54,7 @@ SECTIONS = {
     "env": "Environment inside the sandbox.",
     "landlock": "Landlock settings.",
     "syscalls": "System call filter.",
-    "workspace": "Session workspace quotas.",
+    "workspace": "Per-session workspaces: quotas, the warm pool, files staged into each.",
 }
 """Keys that group others (``cache: {tools: ..., root: ...}``), with their descriptions."""
 
@@ -90,10 +90,14 @@ TABLE: tuple[Key, ...] = (
                             item=Field("fsrule")), ()),
     Key("locked", Field("list", "Keys a policy extending this one may only tighten.",
                         item=Field("enum", choices=LOCKABLE)), ()),
-    Key("workspace.max_bytes", Field("size", "Most bytes one session's workspace may hold: a number of bytes, "
-                                             "or digits and K, M, G or T (powers of 1024), e.g. 2G.",
-                                     lo=1, hi=1 << 62)),
-    Key("workspace.max_sessions", Field("int", "Most sessions at once.", lo=1, hi=1 << 20)),
+    Key("workspace.max_bytes", Field("size", "Most bytes one session's workspace may hold: an integer, or with a "
+                                             "suffix K, M, G or T (powers of 1024), e.g. 2G.", lo=1, hi=1 << 62)),
+    Key("workspace.max_sessions", Field("int", "Most sessions of this project at once.", lo=1, hi=1 << 20)),
+    Key("workspace.pool", Field("int", "Ready copies of the project kept for `sbxc session start` (0: none).",
+                                lo=0, hi=16), 1),
+    Key("workspace.stage", Field("list", "Files or folders copied into every new session's workspace: "
+                                         "SRC:DEST, SRC an absolute host path, DEST relative to the workspace.",
+                                 item=Field("str")), ()),
 )
 
 KEYS = {k.key: k for k in TABLE}
@@ -134,7 +138,10 @@ def json_schema() -> dict:
         if f.doc:
             d["description"] = f.doc
         k = f.kind
-        if k == "int":
+        if k == "size":
+            d["oneOf"] = [{"type": "integer", "minimum": f.lo or 0},
+                          {"type": "string", "pattern": "^[0-9]+([KMGTkmgt](i?[Bb])?)?$"}]
+        elif k == "int":
             d["type"] = "integer"
             if f.lo is not None:
                 d["minimum"] = f.lo
@@ -242,6 +249,8 @@ class SyscallSettings:
 class WorkspaceSettings:
     max_bytes: Value[Optional[int]]
     max_sessions: Value[Optional[int]]
+    pool: Value[int]
+    stage: tuple[Value[str], ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,12 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     cache = ctx.cache
     if cache is not None and getattr(cache, "relocate_argv", None) is not None:
         opts = cache.relocate_argv(opts)
+    if ctx.workspace is not None:
+        from .session_mounts import bwrap_argv
+
+        ws = ctx.workspace
+        opts = bwrap_argv(opts, ws.project, ws.path,
+                          _deepest((planfile.get("runtime") or {}).get("checks") or (), ws.project)[1])
 
     # The plan cache must stay out of every sandbox's reach: an empty read-only folder on
     # top of it, mounted before the masks are made read-only (it may sit inside one).

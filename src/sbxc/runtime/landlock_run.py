@@ -82,6 +82,12 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
 
     relocate = ctx.cache.relocate if ctx.cache is not None else (lambda p: p)
     rules = [(relocate(p), rights & fs, kind) for p, rights, kind in low["fs_rules"]]
+    start_in = None
+    if ctx.workspace is not None:
+        from .session_mounts import landlock_rules, start_dir
+
+        rules = landlock_rules(rules, ctx.workspace.project, ctx.workspace.path)
+        start_in = start_dir(ctx.cwd, ctx.workspace.project, ctx.workspace.path)
 
     plans_dir = ctx.plans_dir
     if plans_dir:
@@ -133,6 +139,8 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
     def child_setup():
         # Root must get the namespaces: without them its command reaches every root
         # process by pid, and every SysV IPC object of the host.
+        if start_in is not None:
+            os.chdir(start_in)  # a session's command starts in its workspace (no mount namespace here)
         parent = fork_under_reaper(sbxc_pid, namespaces=True, required=ctx.is_root)  # returns in the command only
         # Asked here, in the command's own process: its stderr may be sbxc's relay
         # pseudo-terminal (supervise, ttyrelay), not sbxc's terminal.

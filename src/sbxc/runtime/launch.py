@@ -22,6 +22,9 @@ from .spec import Context, RunState
 from .staleness import HostNow, why_stale
 
 # backend name (sbxc.layout.BACKENDS) -> its runner
+SESSION_RUNNERS = ("bwrap", "landlock")
+"""The runners that put a session's workspace in the project's place."""
+
 RUNNERS = {
     "bwrap": "sbxc.runtime.bwrap_run",
     "landlock": "sbxc.runtime.landlock_run",
@@ -119,13 +122,14 @@ def after_start_line(what: str, state) -> str:
 
 
 def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool = False, state=None,
-           now=None) -> int:
+           now=None, workspace=None) -> int:
     """Run ``cmd`` under the loaded plan file ``pf``; 125 on any refusal. ``watch``: (policy
     file, state) pairs to check for changes once the command has ended (``policy_watch``).
     ``paths_checked``: the plan's paths were just re-checked (the plan cache does that
     before serving a plan), so the check is not done twice on the hot path. ``state``: a
     ``RunState`` that learns when the command was started and its status. ``now``: the
-    run's ``staleness.HostNow`` (the facts the plan cache already read)."""
+    run's ``staleness.HostNow`` (the facts the plan cache already read). ``workspace``: a
+    ``spec.Workspace`` when the run is a session's (``runtime/session_exec``)."""
     state = state if state is not None else RunState()
     now = now if now is not None else HostNow(environ)
     try:
@@ -140,6 +144,16 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
         if stale is not None:
             raise stale
         rt = pf["runtime"]
+        if workspace is not None:
+            if backend not in SESSION_RUNNERS:
+                # The runner would ignore the workspace and run in the host project.
+                raise Refusal(f"session workspaces are not supported on the {backend} backend",
+                              "run the session with --backend bwrap or --backend landlock")
+            if rt.get("project") != workspace.project:
+                raise Refusal(f"the session is of the project {workspace.project}, the policy's project is "
+                              f"{rt.get('project')}", "run it with the session's policy (or from its project)")
+            if cwd != workspace.project and not cwd.startswith(workspace.project.rstrip("/") + "/"):
+                cwd = workspace.project  # a session's command starts in its workspace
         try:
             runner = __import__(RUNNERS[backend], fromlist=["prepare"])
         except ImportError:
@@ -168,7 +182,8 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             # run which can write these folders is in progress. Only the completed post-run
             # checks remove it; whatever stops them (sbxc killed, its limits lowered by the
             # command, a bug) leaves it, and later runs refuse what this one could write.
-            record = journal.begin(journal.writable_roots(pf, cache.real_dir))
+            record = journal.begin(journal.writable_roots(pf, cache.real_dir) + (
+                [workspace.path] if workspace is not None else []))
             proxy = None
             try:
                 if "proxy" in rt and backend != "oci":  # host rules: only then is the proxy imported (runc: network off)
@@ -178,7 +193,7 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
                 ctx = Context(project=rt.get("project", ""), cwd=cwd, uid=os.getuid(), is_root=os.geteuid() == 0,
                               network=rt.get("network", "on"), cache=cache, plans_dir=plans_dir(),
                               warn=lambda line: sys.stderr.write(one_line(line) + "\n"), environ=environ, host=now,
-                              proxy=proxy)
+                              proxy=proxy, workspace=workspace)
                 spec = runner.prepare(pf, list(cmd), env, ctx)
             except BaseException:
                 if proxy is not None:

@@ -55,6 +55,8 @@ It must not start any process; the core (``sbxc.runtime.launch``) forks once and
 command), ``host`` (the run's ``staleness.HostNow``: the trusted bwrap, the Landlock ABI,
 read once; ``None`` outside the core, e.g. in a benchmark: the runner reads them then),
 ``proxy`` (the run's ``proxy_run.ProxyRun`` for a plan with host rules, else ``None``).
+``workspace`` (``None``, or a ``Workspace``: the run is a session's, and the runner puts
+its workspace in the project's place, ``runtime/session_mounts``).
 docs/runtime.md has the same protocol as a table.
 """
 
@@ -83,7 +85,7 @@ class LaunchSpec:
 
 class Context:
     __slots__ = ("project", "cwd", "uid", "is_root", "network", "cache", "plans_dir", "warn", "environ", "host",
-                 "proxy")
+                 "proxy", "workspace")
 
     def __init__(self, **kw):
         for k in self.__slots__:
@@ -99,3 +101,14 @@ class RunState:
     def __init__(self):
         self.started = False
         self.status = None
+
+
+class Workspace:
+    """A session's workspace for one run: ``project`` (the real path it is a copy of) and
+    ``path`` (the copy, in the sessions folder)."""
+
+    __slots__ = ("project", "path")
+
+    def __init__(self, project: str, path: str):
+        self.project = project
+        self.path = path

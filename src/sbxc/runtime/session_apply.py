@@ -1,0 +1,273 @@
+"""``session diff`` and ``session apply``: what a session changed, and copying it to the
+host project, the one way a session's work reaches the host.
+
+Apply goes file by file and refuses, each on its own:
+
+- a file the host changed since the session started (``session_copy.host_unchanged``:
+  inode, ctime, size, mtime, and the content where the stat is too recent to tell), and
+  an added file whose name the host has taken meanwhile;
+- a symlink whose target leads out of the project (absolute, or ``..`` past the top), and
+  anything that is neither a file, a folder nor a symlink (FIFOs, sockets, devices);
+- a path whose folders in the host project are not real folders: every folder on the way
+  is opened from the project's top with ``O_NOFOLLOW``, so a symlink planted there (in the
+  host or in the workspace) never carries a write out of the project;
+- a change of kind involving a folder (a folder became a file, or the reverse).
+
+A new file is written under a temporary name in its folder and linked into place with
+``link``, which fails when the name exists (no overwrite of something made meanwhile); a
+changed one is renamed over the old after the host's copy was checked once more (a write
+on the host between that check and the rename is the window that remains). The
+workspace's files are read through ``O_NOFOLLOW`` descriptors the same way.
+
+While apply writes, the run journal holds a record with the project as its writable root:
+a policy file a session command wrote and apply copied is therefore treated like one a
+sandboxed command wrote in place, and refused until a person accepts it.
+"""
+from __future__ import annotations
+
+import os
+import stat
+
+from . import session_copy as sc
+
+_RD = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_LABEL = {"added": "A", "changed": "M", "deleted": "D"}
+
+
+def session_changes(manifest: dict, meta: dict, ws: str) -> dict:
+    staged = [s for s in meta.get("staged", "").split("\x1f") if s]
+    return sc.changes(manifest, meta["project"], ws, int(meta.get("ready_ns", "0") or 0), skip=staged)
+
+
+def diff_rows(manifest: dict, meta: dict, ws: str) -> list:
+    """[(change, path, host changed since the start)] of the session's changes."""
+    project = meta["project"]
+    rows = []
+    for rel, change in session_changes(manifest, meta, ws).items():
+        e = manifest.get(rel)
+        host_changed = e is not None and not sc.host_unchanged(project, rel, e) if change != "added" \
+            else os.path.lexists(f"{project}/{rel}")
+        rows.append((change, rel, host_changed))
+    return rows
+
+
+def _read_text(top: str, rel: str, limit: int):
+    """The lines of the regular file ``top/rel``, opened folder by folder without following
+    a link (a command still running in the workspace may swap a folder for a link to
+    something of the person's; its content must never be printed), or None for anything
+    that is not small UTF-8 text."""
+    parts = rel.split("/")
+    try:
+        d = _open_dirs(top, parts[:-1])
+    except (Refused, OSError):
+        return None
+    try:
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=d)
+    except OSError:
+        return None
+    finally:
+        os.close(d)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        data = os.read(fd, limit + 1)
+        if b"\0" in data:
+            return None
+        return data.decode("utf-8").splitlines(keepends=True)
+    except (OSError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def unified(meta: dict, ws: str, rel: str, change: str, limit: int = 1 << 20) -> str:
+    """A unified diff of one file (host as it was, workspace now), or '' for binary or
+    large files, folders and links."""
+    import difflib
+
+    old = [] if change == "added" else _read_text(meta["project"], rel, limit)
+    new = [] if change == "deleted" else _read_text(ws, rel, limit)
+    if old is None or new is None:
+        return ""
+    return "".join(difflib.unified_diff(old, new, f"a/{rel}", f"b/{rel}"))
+
+
+# ------------------------------------------------------------------ apply
+
+class Refused(Exception):
+    pass
+
+
+def _open_dirs(top: str, parts) -> int:
+    """A read descriptor of ``top/parts...``, each folder opened without following a link."""
+    fd = os.open(top, _RD)
+    try:
+        for part in parts:
+            try:
+                nfd = os.open(part, _RD, dir_fd=fd)
+            except OSError as e:
+                raise Refused(f"{part} on the way is not a folder ({e.strerror})") from None
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _exists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def _link_inside(rel: str, target: str) -> bool:
+    if target.startswith("/") or not target:
+        return False
+    depth = rel.count("/")  # folders above the link inside the project
+    for part in target.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return False
+        elif part and part != ".":
+            depth += 1
+    return True
+
+
+def _copy_file(src_dir: int, name: str, dst_dir: int, tmp: str) -> None:
+    sfd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src_dir)
+    try:
+        st = os.fstat(sfd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused("it is not a regular file any more")
+        dfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst_dir)
+        try:
+            while True:
+                b = os.read(sfd, 1 << 20)
+                if not b:
+                    break
+                os.write(dfd, b)
+            # Permission bits only: a set-uid bit made in a sandbox never reaches the host.
+            os.fchmod(dfd, stat.S_IMODE(st.st_mode) & 0o777)
+        finally:
+            os.close(dfd)
+    finally:
+        os.close(sfd)
+
+
+def _apply_one(project: str, ws: str, rel: str, change: str, e) -> None:
+    parts = rel.split("/")
+    folders, name = parts[:-1], parts[-1]
+    if change != "added" and not sc.host_unchanged(project, rel, e):
+        raise Refused("the host's copy changed since the session started")
+    hdir = _open_dirs(project, folders)
+    try:
+        if change == "deleted":
+            st = os.stat(name, dir_fd=hdir, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                try:
+                    os.rmdir(name, dir_fd=hdir)
+                except OSError:
+                    raise Refused("the folder is not empty on the host") from None
+            else:
+                os.unlink(name, dir_fd=hdir)
+            return
+        wdir = _open_dirs(ws, folders)
+        try:
+            wst = os.stat(name, dir_fd=wdir, follow_symlinks=False)
+            kind = sc._type(wst.st_mode)
+            if kind == "o":
+                raise Refused("it is not a file, a folder or a symlink")
+            if change == "added" and _exists(hdir, name):
+                raise Refused("the host has made this name since the session started")
+            if change == "changed" and (kind == "d") != (e[0] == "d"):
+                raise Refused("a folder became something else, or the reverse: do this one by hand")
+            if kind == "d":
+                if change == "added":
+                    os.mkdir(name, stat.S_IMODE(wst.st_mode) & 0o777, dir_fd=hdir)
+                else:
+                    fd = os.open(name, _RD, dir_fd=hdir)
+                    try:
+                        os.fchmod(fd, stat.S_IMODE(wst.st_mode) & 0o777)
+                    finally:
+                        os.close(fd)
+                return
+            tmp = f".sbxc-apply-{os.urandom(6).hex()}"
+            if kind == "l":
+                target = os.readlink(name, dir_fd=wdir)
+                if not _link_inside(rel, target):
+                    raise Refused(f"a symlink to {target!r}, which leads out of the project")
+                os.symlink(target, tmp, dir_fd=hdir)
+            else:
+                _copy_file(wdir, name, hdir, tmp)
+            try:
+                if change == "added":
+                    os.link(tmp, name, src_dir_fd=hdir, dst_dir_fd=hdir, follow_symlinks=False)
+                    os.unlink(tmp, dir_fd=hdir)
+                else:
+                    if not sc.host_unchanged(project, rel, e):
+                        raise Refused("the host's copy changed while it was being applied")
+                    os.rename(tmp, name, src_dir_fd=hdir, dst_dir_fd=hdir)
+            except FileExistsError:
+                raise Refused("the host has made this name since the session started") from None
+            finally:
+                try:
+                    os.unlink(tmp, dir_fd=hdir)
+                except FileNotFoundError:
+                    pass
+        finally:
+            os.close(wdir)
+    finally:
+        os.close(hdir)
+
+
+def selected(rows: dict, project: str, paths) -> dict:
+    """The changes at or under ``paths`` (relative to the project, or absolute inside it)."""
+    if not paths:
+        return rows
+    want = []
+    for p in paths:
+        rel = os.path.relpath(os.path.normpath(p), project) if p.startswith("/") else os.path.normpath(p)
+        want.append("" if rel == "." else rel)
+    return {r: c for r, c in rows.items()
+            if any(w == "" or (not w.startswith("..") and (r == w or r.startswith(w + "/"))) for w in want)}
+
+
+def apply(manifest: dict, meta: dict, ws: str, paths=()) -> list:
+    """Apply the session's changes (those at or under ``paths``, or all): returns
+    [(path, change, None or why it was refused)]."""
+    from . import journal
+
+    project = meta["project"]
+    todo = selected(session_changes(manifest, meta, ws), project, paths)
+    # Deletions deepest first (a folder's contents before it); the rest parents first.
+    order = [kv for kv in todo.items() if kv[1] != "deleted"] + sorted(
+        (kv for kv in todo.items() if kv[1] == "deleted"), key=lambda kv: -kv[0].count("/"))
+    out = []
+    record = journal.begin([project])
+    try:
+        for rel, change in order:
+            if rel == "":
+                continue
+            try:
+                _apply_one(project, ws, rel, change, manifest.get(rel))
+                out.append((rel, change, None))
+                # The host now holds the workspace's version: that is the new base, so a
+                # second apply neither repeats it nor takes it for a host change.
+                if change == "deleted":
+                    manifest.pop(rel, None)
+                else:
+                    manifest[rel] = sc.entry(project, ws, rel, sc.now_ns())
+            except Refused as r:
+                out.append((rel, change, str(r)))
+            except OSError as err:
+                out.append((rel, change, err.strerror or str(err)))
+    finally:
+        import time
+
+        journal.finish(record, time.time_ns())
+    return out

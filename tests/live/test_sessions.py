@@ -1,0 +1,408 @@
+"""Per-session workspaces, live: real sandboxes on both Linux backends, checked from inside
+the command and by comparing the host project byte for byte."""
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import SANDBOX_PYTHON, base_env, run, sbxc_argv
+
+BACKENDS = ["bwrap", "landlock"]
+
+
+def _landlock_ok():
+    from sbxc.runtime.probe import landlock_abi
+
+    return landlock_abi() >= 1
+
+
+@pytest.fixture(autouse=True)
+def own_root(tmp_path, monkeypatch):
+    """A root of this test's own: sessions, snapshots and the pool of one test are never
+    another's. At the end, the pool's background refill is waited for, then all of it goes."""
+    root = tmp_path / "sbxc-root"
+    monkeypatch.setenv("SBXC_ROOT", str(root))
+    yield str(root)
+    from sbxc.runtime.session_start import refill_running
+    from sbxc.runtime.sessions import open_store
+    from sbxc.runtime.trees import remove_path
+
+    if (root / "sessions").is_dir():
+        fd = open_store(os.environ, create=False)
+        try:
+            deadline = time.time() + 60
+            while refill_running(fd) and time.time() < deadline:
+                time.sleep(0.05)
+        finally:
+            os.close(fd)
+
+    remove_path(str(root))
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, bwrap_works):
+    if request.param == "landlock" and not _landlock_ok():
+        pytest.skip("no Landlock on this kernel")
+    return request.param
+
+
+class S:
+    """``sbxc`` against one project, with the test's fake home."""
+
+    def __init__(self, project, home, backend="bwrap"):
+        self.project, self.home, self.backend = project, home, backend
+
+    def __call__(self, *args, cwd=None, timeout=120, env=None):
+        return run(sbxc_argv(*args), env=base_env(self.home, env), cwd=cwd or self.project, timeout=timeout)
+
+    def start(self, *args):
+        r = self("session", "start", *args)
+        assert r.rc == 0, r
+        return r.out.strip()
+
+    def sh(self, sid, script, *extra):
+        return self("exec", "--backend", self.backend, "--session", sid, *extra, "--", "sh", "-c", script)
+
+
+@pytest.fixture
+def s(project, home, backend):
+    return S(project, home, backend)
+
+
+def tree_state(top: str) -> dict:
+    """Every entry under ``top``: kind, mode, content digest or link target."""
+    out = {}
+    for dirpath, dirs, files in os.walk(top):
+        for name in dirs + files:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            rel = os.path.relpath(p, top)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("l", os.readlink(p))
+            elif stat.S_ISREG(st.st_mode):
+                out[rel] = ("f", stat.S_IMODE(st.st_mode), hashlib.sha256(open(p, "rb").read()).hexdigest())
+            else:
+                out[rel] = ("d" if stat.S_ISDIR(st.st_mode) else "o", stat.S_IMODE(st.st_mode))
+    return out
+
+
+def sessions_root() -> str:
+    from sbxc.runtime.sessions import sessions_dir
+
+    return sessions_dir(os.environ)
+
+
+def fill(project):
+    with open(os.path.join(project, "src", "a.py"), "w") as f:
+        f.write("a = 1\n")
+    with open(os.path.join(project, "src", "b.py"), "w") as f:
+        f.write("b = 2\n")
+    with open(os.path.join(project, "run.sh"), "w") as f:
+        f.write("#!/bin/sh\n")
+    os.chmod(os.path.join(project, "run.sh"), 0o755)
+
+
+def test_containment_host_project_unchanged(s, project, tmp_path):
+    fill(project)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    before = tree_state(project)
+    sid = s.start()
+    script = (f"echo changed > README; rm src/a.py; mv src/b.py src/c.py; chmod 600 run.sh; "
+              f"ln -s {outside} out; echo via-link > out/planted 2>/dev/null; "
+              f"echo abs > {project}/abs.txt 2>/dev/null; mkdir -p deep/er && echo x > deep/er/f; "
+              "cat README; ls src")
+    r = s.sh(sid, script)
+    assert r.rc == 0, r
+    assert r.out.splitlines() == ["changed", "c.py"]
+    assert tree_state(project) == before, "the host project changed"
+    assert not os.path.exists(outside / "planted")
+    r = s.sh(sid, f"cat {project}/abs.txt; echo; (echo y >> {project}/README) 2>/dev/null && echo host-writable "
+                  "|| echo host-ro")
+    if s.backend == "bwrap":
+        # The workspace sits at the project's own path: the absolute write landed in it.
+        assert r.out.startswith("abs") and "host-writable" in r.out, r
+    else:
+        # Landlock: absolute paths reach the host's copy, read-only.
+        assert "host-ro" in r.out and not os.path.exists(os.path.join(project, "abs.txt")), r
+    assert tree_state(project) == before
+    # Control: the same writes without a session do reach the host.
+    c = s("exec", "--backend", s.backend, "--", "sh", "-c", "echo changed > README")
+    assert c.rc == 0 and open(os.path.join(project, "README")).read() == "changed\n", c
+    assert s("session", "stop", sid).rc == 0
+
+
+def test_persistence_and_isolation(s, project):
+    a = s.start()
+    b = s.start()
+    assert a != b
+    assert s.sh(a, "echo from-a > state").rc == 0
+    r = s.sh(a, "cat state")
+    assert r.rc == 0 and r.out == "from-a\n", r
+    r = s.sh(b, "cat state 2>&1 || echo absent")
+    assert "absent" in r.out, r
+    # A session's command cannot reach another session, the pool, or snapshots.
+    r = s.sh(b, f"ls {sessions_root()} 2>&1; cat {sessions_root()}/s-{a}/ws/state 2>&1 || echo hidden")
+    assert "from-a" not in r.out and "hidden" in r.out, r
+    assert not os.path.exists(os.path.join(project, "state"))
+    for sid in (a, b):
+        assert s("session", "stop", sid).rc == 0
+
+
+def test_discard_and_snapshots(s, project):
+    sid = s.start()
+    assert s.sh(sid, "echo snap > kept").rc == 0
+    r = s("session", "stop", sid, "--snapshot", "base")
+    assert r.rc == 0, r
+    assert not os.path.exists(f"{sessions_root()}/s-{sid}")
+    snap = f"{sessions_root()}/n-base/ws"
+    before = tree_state(snap)
+    fork = s.start("--from", "base")
+    r = s.sh(fork, "cat kept; echo more >> kept; rm README")
+    assert r.rc == 0 and r.out == "snap\n", r
+    assert tree_state(snap) == before, "a session changed its snapshot"
+    second = s.start("--from", "base")
+    r = s.sh(second, "cat kept; cat README")
+    assert r.out == "snap\nhello\n", r
+    # diff of a fork: against the project as it was, snapshot's changes included.
+    d = s("session", "diff", fork)
+    assert "A kept" in d.out and "D README" in d.out, d
+    for x in (fork, second):
+        assert s("session", "stop", x).rc == 0
+        assert not os.path.exists(f"{sessions_root()}/s-{x}")
+    lst = s("session", "list", "--format", "json")
+    import json
+
+    data = json.loads(lst.out)
+    assert [n["name"] for n in data["snapshots"]] == ["base"] and data["sessions"] == []
+    assert s("session", "drop", "base").rc == 0
+    assert not os.path.exists(snap)
+
+
+def test_diff_and_apply_with_host_changes(s, project, tmp_path):
+    fill(project)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    sid = s.start()
+    r = s.sh(sid, f"echo ws > README; echo ws > src/a.py; echo new > src/new.py; rm src/b.py; "
+                  f"ln -s {outside}/x escape; ln -s ../README src/inside; mkfifo pipe")
+    assert r.rc == 0, r
+    time.sleep(0.05)
+    with open(os.path.join(project, "src", "a.py"), "w") as f:
+        f.write("host edit\n")
+    d = s("session", "diff", sid, "--format", "json")
+    import json
+
+    changes = {c["path"]: (c["change"], c["host_changed"]) for c in json.loads(d.out)["changes"]}
+    text = s("session", "diff", sid)
+    assert "+ws" in text.out and "A escape" in text.out and str(outside) not in text.out, text
+    assert changes["README"] == ("changed", False) and changes["src/a.py"] == ("changed", True), changes
+    assert changes["src/b.py"][0] == "deleted" and changes["src/new.py"][0] == "added"
+    r = s("session", "apply", sid)
+    assert r.rc == 1, r
+    assert "refused: src/a.py" in r.out and "refused: escape" in r.out and "refused: pipe" in r.out, r
+    assert open(os.path.join(project, "README")).read() == "ws\n"
+    assert open(os.path.join(project, "src", "a.py")).read() == "host edit\n"
+    assert open(os.path.join(project, "src", "new.py")).read() == "new\n"
+    assert not os.path.exists(os.path.join(project, "src", "b.py"))
+    assert os.readlink(os.path.join(project, "src", "inside")) == "../README"
+    assert not os.path.lexists(os.path.join(project, "escape")) and not os.path.exists(os.path.join(project, "pipe"))
+    assert os.listdir(outside) == []
+    # A second apply has nothing new to do but the refusals.
+    r = s("session", "apply", sid, "README")
+    assert r.rc == 0 and "nothing to apply" in r.out, r
+    assert s("session", "stop", sid).rc == 0
+
+
+def test_apply_never_writes_through_a_planted_host_link(s, project, tmp_path):
+    fill(project)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    sid = s.start()
+    assert s.sh(sid, "echo ws > src/a.py; echo ws > src/z.py").rc == 0
+    # After the start, the host's src becomes a link out of the project.
+    os.rename(os.path.join(project, "src"), os.path.join(project, "src.old"))
+    os.symlink(str(outside), os.path.join(project, "src"))
+    r = s("session", "apply", sid)
+    assert r.rc == 1 and "refused: src/z.py" in r.out, r
+    assert os.listdir(outside) == []
+    # Control: the same path written by an ordinary open lands outside.
+    with open(os.path.join(project, "src", "z.py"), "w") as f:
+        f.write("x")
+    assert os.listdir(outside) == ["z.py"]
+    assert s("session", "stop", sid).rc == 0
+
+
+def test_quotas(s, project):
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write("sbxc: 1\nextends: [builtin:default]\nworkspace: {max_sessions: 1, max_bytes: 200K, pool: 0}\n")
+    sid = s.start()
+    r = s("session", "start")
+    assert r.rc == 1 and "workspace.max_sessions" in r.err and "sbxc: " in r.err, r
+    r = s.sh(sid, "head -c 1000000 /dev/zero > big")
+    assert r.rc == 0 and "more than workspace.max_bytes" in r.err and "checked after each command" in r.err, r
+    r = s("session", "apply", sid)
+    assert r.rc == 1 and "workspace.max_bytes" in r.err and not os.path.exists(os.path.join(project, "big")), r
+    r = s("session", "stop", sid, "--snapshot", "toobig")
+    assert r.rc == 1 and "workspace.max_bytes" in r.err, r
+    assert s.sh(sid, "rm big").rc == 0
+    assert s("session", "stop", sid).rc == 0
+    assert s.start()  # a place is free again
+
+
+def test_interrupted_start_is_listed_and_cleaned(s, project):
+    big = os.path.join(project, "big")
+    os.mkdir(big)
+    chunk = os.urandom(1 << 16)
+    for i in range(3000):
+        with open(os.path.join(big, f"f{i}"), "wb") as f:
+            f.write(chunk)
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write("sbxc: 1\nextends: [builtin:default]\nworkspace: {pool: 0}\n")
+    p = subprocess.Popen(sbxc_argv("session", "start"), env=base_env(s.home), cwd=project,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    root = sessions_root()
+    deadline = time.time() + 60
+    ws = None
+    while time.time() < deadline and ws is None:
+        for name in os.listdir(root) if os.path.isdir(root) else ():
+            if name.startswith("s-") and os.path.isdir(f"{root}/{name}/ws/big"):
+                ws = f"{root}/{name}"
+        time.sleep(0.005)
+    assert ws is not None, "the copy never began"
+    os.kill(p.pid, signal.SIGKILL)  # mid-copy
+    p.wait()
+    sid = os.path.basename(ws)[2:]
+    assert len(os.listdir(f"{ws}/ws/big")) < 3000, "the copy had finished: nothing was interrupted"
+    r = s("session", "list")
+    assert sid in r.out and "interrupted" in r.out, r
+    r = s.sh(sid, "true")
+    assert r.rc == 125 and "did not finish starting" in r.err, r
+    time.sleep(0.2)  # cp died with sbxc (parent-death signal): nothing is writing any more
+    r = s("session", "stop", sid)
+    assert r.rc == 0, r
+    assert not os.path.exists(ws)
+    assert "interrupted" not in s("session", "list").out
+
+
+def test_two_commands_of_one_session_at_once(s, project):
+    sid = s.start()
+    first = subprocess.Popen(
+        sbxc_argv("exec", "--backend", s.backend, "--session", sid, "--", "sh", "-c",
+                  "echo up > first-up; i=0; while [ ! -e second-done ] && [ $i -lt 400 ]; do sleep 0.05; "
+                  "i=$((i+1)); done; cat second-done"),
+        env=base_env(s.home), cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    r = s.sh(sid, "i=0; while [ ! -e first-up ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; "
+                  "echo seen-by-second > second-done; cat first-up")
+    out, err = first.communicate(timeout=60)
+    assert r.rc == 0 and r.out == "up\n", r
+    assert first.returncode == 0 and out == b"seen-by-second\n", (out, err)
+    r = s("session", "stop", sid)
+    assert r.rc == 0, r
+
+
+def test_stop_refuses_while_a_command_runs(s, project):
+    sid = s.start()
+    p = subprocess.Popen(sbxc_argv("exec", "--backend", s.backend, "--session", sid, "--", "sh", "-c",
+                                   "echo up > up; sleep 3"),
+                         env=base_env(s.home), cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while not os.path.exists(f"{sessions_root()}/s-{sid}/ws/up") and time.time() < deadline:
+        time.sleep(0.02)
+    r = s("session", "stop", sid)
+    assert r.rc == 1 and "in use" in r.err, r
+    p.wait(timeout=30)
+    assert s("session", "stop", sid).rc == 0
+
+
+def test_stage_and_ephemeral(s, project, home):
+    cfg = os.path.join(home, ".config", "tool")
+    sid = s.start("--stage", f"{cfg}:.agent/tool")
+    r = s.sh(sid, "cat .agent/tool/settings")
+    assert r.rc == 0 and r.out == "visible\n", r
+    assert not os.path.exists(os.path.join(project, ".agent"))
+    d = s("session", "diff", sid)
+    assert ".agent" not in d.out, d
+    assert "nothing to apply" in s("session", "apply", sid).out
+    assert s("session", "stop", sid).rc == 0
+    before = tree_state(project)
+    r = s("exec", "--backend", s.backend, "--ephemeral", "--", "sh", "-c", "echo gone > README; cat README; exit 3")
+    assert r.rc == 3 and r.out == "gone\n", r
+    assert tree_state(project) == before
+    assert not [n for n in os.listdir(sessions_root()) if n.startswith("s-")]
+
+
+def test_warm_pool_is_used_only_while_the_project_is_unchanged(s, project):
+    first = s("session", "start", "--format", "json")
+    import json
+
+    assert json.loads(first.out)["method"] in ("copy", "reflink")
+    root = sessions_root()
+
+    def pool_ready():
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if any(n.startswith("e-") and os.path.isdir(f"{root}/pool/{d}/{n}/ws")
+                   for d in os.listdir(f"{root}/pool") for n in os.listdir(f"{root}/pool/{d}")):
+                return True
+            time.sleep(0.05)
+        return False
+
+    assert pool_ready()
+    pool = json.loads(s("session", "list", "--format", "json").out)["pool"]
+    assert [(p["ready"], p["size"], p["source"]) for p in pool] == [(1, 1, project)], pool
+    got = json.loads(s("session", "start", "--format", "json").out)
+    assert got["method"] == "pool", got
+    assert s.sh(got["id"], "cat README").out == "hello\n"
+    assert pool_ready()
+    with open(os.path.join(project, "README"), "w") as f:
+        f.write("edited after the copy\n")
+    got = json.loads(s("session", "start", "--format", "json").out)
+    assert got["method"] != "pool", got
+    assert s.sh(got["id"], "cat README").out == "edited after the copy\n"
+
+
+def test_python_api_drives_a_session(project, home, bwrap_works, monkeypatch):
+    import sbxc
+
+    monkeypatch.setenv("HOME", home)
+    # A package named sbxc in the project (a command could have put it there) is never run
+    # by the API, which starts its commands with the project as their current folder.
+    os.makedirs(os.path.join(project, "sbxc"))
+    with open(os.path.join(project, "sbxc", "__main__.py"), "w") as f:
+        f.write("open(__file__ + '.ran', 'w').close()\n")
+    with open(os.path.join(project, "sbxc", "__init__.py"), "w") as f:
+        f.write("open(__file__ + '.ran', 'w').close()\n")
+    with sbxc.Session.start(project) as sess:
+        r = sess.run(["sh", "-c", "echo api > README; cat README"])
+        assert r.status == 0 and r.stdout == b"api\n", r
+        r = sess.run([SANDBOX_PYTHON, "-c", "import sys; print(sys.stdin.read().upper())"], input=b"in")
+        assert r.status == 0 and r.stdout == b"IN\n", r
+        r = sess.run(["sleep", "30"], timeout=1)
+        assert r.timed_out and r.status is None
+        assert [(c["path"], c["change"]) for c in sess.diff()] == [("README", "changed")], sess.diff()
+        assert open(os.path.join(project, "README")).read() == "hello\n"
+        got = sess.apply(["README"])
+        assert [a["path"] for a in got["applied"]] == ["README"] and got["refused"] == []
+        assert open(os.path.join(project, "README")).read() == "api\n"
+        sess.stop(snapshot="api-snap")
+    with sbxc.Session.start(project, from_snapshot="api-snap") as fork:
+        assert fork.run(["cat", "README"]).stdout == b"api\n"
+    assert not [n for n in os.listdir(sessions_root()) if n.startswith("s-")]
+    with pytest.raises(sbxc.SessionError):
+        sbxc.Session.start(project, from_snapshot="no-such")
+    r = run(sbxc_argv("session", "drop", "api-snap"), env=base_env(home), cwd=home)
+    assert r.rc == 0, r
+    planted = os.path.join(project, "sbxc")
+    assert not [n for n in os.listdir(planted) if n.endswith(".ran")]
+    # Control: `python -m sbxc` from the project's folder does run the planted package.
+    subprocess.run([sys.executable, "-m", "sbxc", "--version"], cwd=project, env=base_env(home),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert [n for n in os.listdir(planted) if n.endswith(".ran")]
