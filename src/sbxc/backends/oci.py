@@ -372,6 +372,11 @@ def lower(plan: Plan, host) -> Lowered:
                                     "the OCI runner does not start sbxc's proxy: the network is off (use --backend "
                                     "bwrap or landlock for host rules)"))
 
+    ws_span = dict(plan.workspace).get("span")
+    if ws_span is not None:
+        verdicts.append(verdict(NAME, "session workspaces", NARROWED, ws_span,
+                                "the runc runner has no session workspace: exec --session and --ephemeral refuse on "
+                                "this backend (use bwrap or landlock); plain runs are unaffected"))
     verdicts.append(verdict(NAME, "ipc", ENFORCED, BUILTIN_SPAN))
     verdicts.append(verdict(NAME, "processes", ENFORCED, BUILTIN_SPAN))
     verdicts.append(verdict(NAME, "capabilities", ENFORCED, BUILTIN_SPAN))
