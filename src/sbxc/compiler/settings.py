@@ -90,8 +90,8 @@ TABLE: tuple[Key, ...] = (
                             item=Field("fsrule")), ()),
     Key("locked", Field("list", "Keys a policy extending this one may only tighten.",
                         item=Field("enum", choices=LOCKABLE)), ()),
-    Key("workspace.max_bytes", Field("size", "Most bytes one session's workspace may hold: an integer, or with a "
-                                             "suffix K, M, G or T (powers of 1024), e.g. 2G.", lo=1, hi=1 << 62)),
+    Key("workspace.max_bytes", Field("size", "Most bytes one session's workspace may hold: a number of bytes, or "
+                                             "digits and K, M, G or T (powers of 1024), e.g. 2G.", lo=1, hi=1 << 62)),
     Key("workspace.max_sessions", Field("int", "Most sessions of this project at once.", lo=1, hi=1 << 20)),
     Key("workspace.pool", Field("int", "Ready copies of the project kept for `sbxc session start` (0: none).",
                                 lo=0, hi=16), 1),
@@ -138,10 +138,7 @@ def json_schema() -> dict:
         if f.doc:
             d["description"] = f.doc
         k = f.kind
-        if k == "size":
-            d["oneOf"] = [{"type": "integer", "minimum": f.lo or 0},
-                          {"type": "string", "pattern": "^[0-9]+([KMGTkmgt](i?[Bb])?)?$"}]
-        elif k == "int":
+        if k == "int":
             d["type"] = "integer"
             if f.lo is not None:
                 d["minimum"] = f.lo
