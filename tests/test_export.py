@@ -131,6 +131,16 @@ def test_port_rules_become_egress_ports(case_root):
     assert ports and all(p["protocol"] == "TCP" for p in ports)
 
 
+def test_host_rules_deny_all_egress_and_say_so(case_root):
+    """A NetworkPolicy cannot name hosts: a host rule must leave no egress open, and the
+    report must say the rule is narrowed rather than pass it over in silence."""
+    code, out, err, _ = _export("hostrules", case_root)
+    assert code == 0, err
+    netpol = next(d for d in _walk_docs(out) if d["kind"] == "NetworkPolicy")
+    assert [r for r in netpol["spec"]["egress"] if "to" in r or not r.get("ports")] == []
+    assert "allow example.org: narrowed: a NetworkPolicy cannot allow a host name" in err
+
+
 def test_export_of_a_broken_policy_is_1(case_root):
     make_tree(case_root, "")
     proj = os.path.join(case_root, "proj")

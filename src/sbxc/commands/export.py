@@ -170,6 +170,12 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
             ports = str(r.port_lo) if r.port_lo == r.port_hi else f"{r.port_lo}-{r.port_hi}"
             verdicts.append(verdict(TARGET, f"{r.op} {r.proto} {ports}", PARTIAL, r.span,
                                     why + ("; to any address" if r.op == "connect" else "; from any address")))
+        for h in getattr(net, "hosts", ()):
+            # A NetworkPolicy matches addresses and ports, never names, and no proxy runs in
+            # the Pod: the host gets no egress rule, so it stays unreachable.
+            verdicts.append(verdict(TARGET, h.text, NARROWED, h.span,
+                                    "a NetworkPolicy cannot allow a host name and the export starts no proxy: "
+                                    "egress to it is denied with the rest"))
     else:
         verdicts.append(verdict(TARGET, "network: true", ENFORCED, net.span))
 
