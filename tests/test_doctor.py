@@ -81,6 +81,12 @@ def test_doctor_on_this_host():
         assert host.bwrap_version and host.bwrap_version in r.stdout
     if host.landlock_abi:
         assert f"landlock: ABI {host.landlock_abi}" in r.stdout
+    # The OCI backend's runtime, found by the runner's own trusted lookup (the set-up
+    # installs Debian's runc).
+    runc = probe.host_program("runc", os.environ)[0]
+    assert runc, "scripts/setup installs runc"
+    line = next(l for l in r.stdout.splitlines() if l.startswith("  runc: "))
+    assert line.startswith(f"  runc: {runc}, version ") and "unknown" not in line, line
 
 
 @pytest.mark.parametrize("uid,err,yes,runs", [

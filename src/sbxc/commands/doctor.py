@@ -93,6 +93,24 @@ def host_lines(host, userns_why: str, ns_errno: int | None = None, bwrap_note: s
     return lines, works
 
 
+def runc_line(environ) -> str:
+    """The OCI backend's runtime: which runc ``exec --backend oci`` would start (the same
+    trusted lookup as the runner's) and its version."""
+    path, note = probe.host_program("runc", environ)
+    if not path:
+        why = one_line(note, 300) if note else "not found in the system program folders on PATH"
+        return f"  runc: none that sbxc may start: {why} (install the runc package for --backend oci)"
+    import subprocess
+
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=5,
+                             env={"PATH": "/usr/bin:/bin"}).stdout
+        version = (out.splitlines() or ["unknown"])[0].removeprefix("runc version ").strip()
+    except (OSError, subprocess.SubprocessError):
+        version = "unknown (runc --version failed)"
+    return f"  runc: {path}, version {version} (--backend oci; as a user it runs rootless)"
+
+
 def _kib(nbytes: int) -> int:
     return -(-nbytes // 1024)  # du rounds up to whole KiB
 
@@ -297,6 +315,8 @@ def main(argv) -> int:
         ns_errno = namespace_errno()
     bwrap_note = probe.host_program("bwrap", os.environ)[1] if host.platform == "linux" else ""
     lines, works = host_lines(host, userns_why, ns_errno, bwrap_note)
+    if host.platform == "linux":
+        lines.append(runc_line(os.environ))
     capabilities = lines[1:]
     backend, why = choose_backend("auto", host)
     lines.append(f"backend auto: {backend} ({why})" if works or host.platform == "darwin"
