@@ -10,8 +10,9 @@ that drift hits every variant alike:
 
 - download: the bytes read by one client, direct and through the proxy (HTTP CONNECT)
   with the copy relay (the default) and the splice relay; median MB/s, the ratio to
-  direct, and the CPU time of the whole machine per GB (from /proc/stat: on a small
-  machine the proxy's share of the CPU is what limits it);
+  direct, the CPU time of the whole machine per GB (from /proc/stat: on a small machine
+  the CPU is what limits it, and other people's work lands in it too) and the proxy
+  process's own CPU time per GB (from /proc/PID/stat: its threads, its system calls);
 - new connections: connect, one byte each way, close: direct, through CONNECT and
   through SOCKS5 (address rules), and through CONNECT with a name (resolved with the
   host's getaddrinfo: ``localhost``); median and p90, and the time added to direct.
@@ -140,6 +141,15 @@ def _busy_seconds() -> float:
     return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
 
 
+def _process_seconds(pid) -> float:
+    """CPU time (user + system, all threads) of one process so far, from /proc/PID/stat."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _proxy(ports, splice: bool) -> Proxy:
     proxy_relay.USE_SPLICE = splice  # read by relay() in the forked child
     rules = [("127.0.0.1", ports, "bench"), ("localhost", ports, "bench")]
@@ -198,22 +208,25 @@ def main() -> int:
     spliced = _proxy((bulk_port, ping_port), True) if have_splice else None
     try:
         size = args.mb * 1_000_000
-        variants = [("direct", None), ("proxy (copy)", copying.address)]
+        variants = [("direct", None, None), ("proxy (copy)", copying.address, copying._pid)]
         if spliced is not None:
-            variants.append(("proxy (splice)", spliced.address))
-        rates = {name: [] for name, _ in variants}
-        cpu = {name: [] for name, _ in variants}
+            variants.append(("proxy (splice)", spliced.address, spliced._pid))
+        rates = {name: [] for name, _, _ in variants}
+        cpu = {name: [] for name, _, _ in variants}
+        own = {name: [] for name, _, _ in variants}
         for _ in range(args.rounds):
-            for name, addr in variants:
-                busy0 = _busy_seconds()
+            for name, addr, pid in variants:
+                busy0, own0 = _busy_seconds(), _process_seconds(pid)
                 rates[name].append(download(addr, bulk_port, size))
                 cpu[name].append((_busy_seconds() - busy0) / (size / 1e9))
+                own[name].append((_process_seconds(pid) - own0) / (size / 1e9))
         direct = statistics.median(rates["direct"])
         print(f"download of {args.mb} MB, {args.rounds} rounds, {os.cpu_count()} CPUs "
-              "(median MB/s, ratio to direct, machine CPU-seconds per GB)")
+              "(median MB/s, ratio to direct, CPU-seconds per GB: machine, proxy process)")
         for name, values in rates.items():
             med = statistics.median(values)
-            print(f"  {name:18} {med:9.0f} MB/s  {med / direct:5.2f}  {statistics.median(cpu[name]):5.2f}")
+            print(f"  {name:18} {med:9.0f} MB/s  {med / direct:5.2f}  {statistics.median(cpu[name]):5.2f}"
+                  f"  {statistics.median(own[name]):5.2f}")
 
         times = {"direct": [], "CONNECT 127.0.0.1": [], "SOCKS5 127.0.0.1": [], "CONNECT localhost": []}
         for _ in range(args.conns):

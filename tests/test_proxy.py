@@ -681,3 +681,15 @@ def test_the_forwarder_searches_path_as_execvp_does(tmp_path):
     assert _forwarder_exec(tmp_path, f"{tmp_path}/none", "tool") == (3, "FileNotFoundError\n")
     assert _forwarder_exec(tmp_path, None, "sh") == (0, "ran:sh\n")  # /bin:/usr/bin
     assert _forwarder_exec(tmp_path, "", sh) == (0, f"ran:{sh}\n")
+
+
+def test_the_proxy_process_does_not_import_the_socket_module():
+    """The proxy process starts beside the sandbox on every run with host rules: what it
+    imports competes for the CPUs the command's start needs (``socket`` brings ``enum``,
+    ``selectors`` and ``collections``, ~7 ms)."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from sbxc.runtime import proxy; "
+            "from sbxc.runtime.proxy_server import Server; "
+            "print(sorted(m for m in ('socket', 'enum', 'selectors', 'threading') if m in sys.modules))")
+    src = os.path.dirname(os.path.dirname(os.path.dirname(proxy_server.__file__)))
+    r = subprocess.run([sys.executable, "-I", "-S", "-c", code, src], capture_output=True, text=True, timeout=30)
+    assert r.stdout.strip() == "[]", r.stderr
