@@ -2,6 +2,7 @@
 side with direct connections, in one run.
 
     .venv/bin/python bench/proxy.py [--mb 200] [--rounds 5] [--conns 300] [--exec-runs 30]
+        [--compare OTHER/src] [--exec-only]
 
 It starts its own loopback servers in a forked process (so the server, the proxy and the
 client each have a process, as in a real run): a bulk server that sends the requested
@@ -10,8 +11,9 @@ that drift hits every variant alike:
 
 - download: the bytes read by one client, direct and through the proxy (HTTP CONNECT)
   with the copy relay (the default) and the splice relay; median MB/s, the ratio to
-  direct, and the CPU time of the whole machine per GB (from /proc/stat: on a small
-  machine the proxy's share of the CPU is what limits it);
+  direct, the CPU time of the whole machine per GB (from /proc/stat: on a small machine
+  the CPU is what limits it, and other people's work lands in it too) and the proxy
+  process's own CPU time per GB (from /proc/PID/stat: its threads, its system calls);
 - new connections: connect, one byte each way, close: direct, through CONNECT and
   through SOCKS5 (address rules), and through CONNECT with a name (resolved with the
   host's getaddrinfo: ``localhost``); median and p90, and the time added to direct.
@@ -140,6 +142,15 @@ def _busy_seconds() -> float:
     return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
 
 
+def _process_seconds(pid) -> float:
+    """CPU time (user + system, all threads) of one process so far, from /proc/PID/stat."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _proxy(ports, splice: bool) -> Proxy:
     proxy_relay.USE_SPLICE = splice  # read by relay() in the forked child
     rules = [("127.0.0.1", ports, "bench"), ("localhost", ports, "bench")]
@@ -148,14 +159,18 @@ def _proxy(ports, splice: bool) -> Proxy:
     return p
 
 
-def exec_startup(runs: int) -> None:
+def exec_startup(runs: int, compare: str | None = None) -> None:
     """Median wall time of a cached `sbxc exec -- true`, network off against host rules
-    (a ``.invalid`` host: nothing is contacted), per backend, runs interleaved."""
+    (a ``.invalid`` host: nothing is contacted), per backend, runs interleaved; with
+    ``compare``, the same cases with that source folder on ``PYTHONPATH`` as well, in
+    the same rounds (so the load hits both trees alike)."""
     import subprocess
     import tempfile
 
     here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, PYTHONPATH=os.path.join(here, "..", "src"))
+    trees = {"this": os.path.abspath(os.path.join(here, "..", "src"))}
+    if compare:
+        trees["other"] = os.path.abspath(compare)
     with tempfile.TemporaryDirectory() as d:
         cases = {}
         for backend in ("bwrap", "landlock"):
@@ -163,22 +178,29 @@ def exec_startup(runs: int) -> None:
                 path = os.path.join(d, f"{backend}-{label[0]}.yaml")
                 with open(path, "w") as f:
                     f.write(f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork: {net}\n")
-                cases[(backend, label)] = [sys.executable, "-m", "sbxc", "exec", "--policy", path, "--", "true"]
+                for tree, src in trees.items():
+                    env = dict(os.environ, PYTHONPATH=src)
+                    argv = [sys.executable, "-m", "sbxc", "exec", "--policy", path, "--", "true"]
+                    cases[(tree, backend, label)] = (argv, env)
         times = {k: [] for k in cases}
-        for argv in cases.values():
-            subprocess.run(argv, cwd=d, env=env, check=True)  # compile and cache the plan
+        for argv, env in cases.values():
+            # Compile and cache the plan (each tree its own entry); the warnings once.
+            subprocess.run(argv, cwd=d, env=env, check=True)
         for _ in range(runs):
-            for k, argv in cases.items():
+            for k, (argv, env) in cases.items():
                 t = time.perf_counter()
-                subprocess.run(argv, cwd=d, env=env, check=True)
+                subprocess.run(argv, cwd=d, env=env, check=True, stderr=subprocess.DEVNULL)
                 times[k].append((time.perf_counter() - t) * 1000)
     print(f"exec start-up, `sbxc exec -- true`, cached plan, {runs} runs each (ms: median, min)")
-    for backend in ("bwrap", "landlock"):
-        off = statistics.median(times[(backend, "network off")])
-        for label in ("network off", "host rules"):
-            v = times[(backend, label)]
-            extra = "" if label == "network off" else f"  +{statistics.median(v) - off:.1f}"
-            print(f"  {backend:8} {label:12} {statistics.median(v):7.1f} {min(v):7.1f}{extra}")
+    for tree, src in trees.items():
+        if compare:
+            print(f" {tree}: {src}")
+        for backend in ("bwrap", "landlock"):
+            off = statistics.median(times[(tree, backend, "network off")])
+            for label in ("network off", "host rules"):
+                v = times[(tree, backend, label)]
+                extra = "" if label == "network off" else f"  +{statistics.median(v) - off:.1f}"
+                print(f"  {backend:8} {label:12} {statistics.median(v):7.1f} {min(v):7.1f}{extra}")
 
 
 def main() -> int:
@@ -189,31 +211,39 @@ def main() -> int:
     ap.add_argument("--exec-runs", type=int, default=0,
                     help="also time `sbxc exec -- true` with the network off and with host rules, "
                          "this many runs each per backend (cached plans)")
+    ap.add_argument("--compare", metavar="SRC",
+                    help="with --exec-runs: also time another checkout's src folder, interleaved")
+    ap.add_argument("--exec-only", action="store_true", help="only the start-up timing (--exec-runs)")
     args = ap.parse_args()
     if args.exec_runs:
-        exec_startup(args.exec_runs)
+        exec_startup(args.exec_runs, args.compare)
+    if args.exec_only:
+        return 0
     pids, (bulk_port, ping_port) = start_servers()
     have_splice = proxy_relay.HAVE_SPLICE
     copying = _proxy((bulk_port, ping_port), False)
     spliced = _proxy((bulk_port, ping_port), True) if have_splice else None
     try:
         size = args.mb * 1_000_000
-        variants = [("direct", None), ("proxy (copy)", copying.address)]
+        variants = [("direct", None, None), ("proxy (copy)", copying.address, copying._pid)]
         if spliced is not None:
-            variants.append(("proxy (splice)", spliced.address))
-        rates = {name: [] for name, _ in variants}
-        cpu = {name: [] for name, _ in variants}
+            variants.append(("proxy (splice)", spliced.address, spliced._pid))
+        rates = {name: [] for name, _, _ in variants}
+        cpu = {name: [] for name, _, _ in variants}
+        own = {name: [] for name, _, _ in variants}
         for _ in range(args.rounds):
-            for name, addr in variants:
-                busy0 = _busy_seconds()
+            for name, addr, pid in variants:
+                busy0, own0 = _busy_seconds(), _process_seconds(pid)
                 rates[name].append(download(addr, bulk_port, size))
                 cpu[name].append((_busy_seconds() - busy0) / (size / 1e9))
+                own[name].append((_process_seconds(pid) - own0) / (size / 1e9))
         direct = statistics.median(rates["direct"])
         print(f"download of {args.mb} MB, {args.rounds} rounds, {os.cpu_count()} CPUs "
-              "(median MB/s, ratio to direct, machine CPU-seconds per GB)")
+              "(median MB/s, ratio to direct, CPU-seconds per GB: machine, proxy process)")
         for name, values in rates.items():
             med = statistics.median(values)
-            print(f"  {name:18} {med:9.0f} MB/s  {med / direct:5.2f}  {statistics.median(cpu[name]):5.2f}")
+            print(f"  {name:18} {med:9.0f} MB/s  {med / direct:5.2f}  {statistics.median(cpu[name]):5.2f}"
+                  f"  {statistics.median(own[name]):5.2f}")
 
         times = {"direct": [], "CONNECT 127.0.0.1": [], "SOCKS5 127.0.0.1": [], "CONNECT localhost": []}
         for _ in range(args.conns):

@@ -651,3 +651,45 @@ def test_a_handed_over_descriptor_that_is_not_a_tcp_socket_is_dropped(tmp_path, 
     finally:
         p.stop()
     assert p.failure is None
+
+
+def _forwarder_exec(tmp_path, path_value, name):
+    """The forwarder's own PATH search, in a fresh ``-I -S`` interpreter as in the sandbox
+    (its environment is the one the search reads); returns (exit status, output)."""
+    from sbxc.runtime import proxy_forward
+
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import proxy_forward\n"
+            "try:\n proxy_forward._execvp([sys.argv[2], '-c', 'echo ran:$0'])\n"
+            "except OSError as e:\n print(type(e).__name__); sys.exit(3)")
+    env = {} if path_value is None else {"PATH": path_value}
+    r = subprocess.run([sys.executable, "-I", "-S", "-c", code, os.path.dirname(proxy_forward.__file__), name],
+                       env=env, capture_output=True, text=True, timeout=30)
+    return r.returncode, r.stdout
+
+
+def test_the_forwarder_searches_path_as_execvp_does(tmp_path):
+    """The forwarder execs the command without ``os``: the same PATH search, the same
+    error kept (a file that cannot run beats a later "not found")."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    sh = shutil.which("sh")
+    (a / "tool").write_text("#!/bin/sh\n")  # not executable: skipped, remembered
+    os.symlink(sh, b / "tool")
+    assert _forwarder_exec(tmp_path, f"{tmp_path}/none:{a}:{b}", "tool") == (0, "ran:tool\n")
+    assert _forwarder_exec(tmp_path, f"{tmp_path}/none:{a}", "tool") == (3, "PermissionError\n")
+    assert _forwarder_exec(tmp_path, f"{tmp_path}/none", "tool") == (3, "FileNotFoundError\n")
+    assert _forwarder_exec(tmp_path, None, "sh") == (0, "ran:sh\n")  # /bin:/usr/bin
+    assert _forwarder_exec(tmp_path, "", sh) == (0, f"ran:{sh}\n")
+
+
+def test_the_proxy_process_does_not_import_the_socket_module():
+    """The proxy process starts beside the sandbox on every run with host rules: what it
+    imports competes for the CPUs the command's start needs (``socket`` brings ``enum``,
+    ``selectors`` and ``collections``, ~7 ms)."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from sbxc.runtime import proxy; "
+            "from sbxc.runtime.proxy_server import Server; "
+            "print(sorted(m for m in ('socket', 'enum', 'selectors', 'threading') if m in sys.modules))")
+    src = os.path.dirname(os.path.dirname(os.path.dirname(proxy_server.__file__)))
+    r = subprocess.run([sys.executable, "-I", "-S", "-c", code, src], capture_output=True, text=True, timeout=30)
+    assert r.stdout.strip() == "[]", r.stderr

@@ -322,13 +322,10 @@ def _child(ctl, listeners, proxy: Proxy, mask) -> int:
             _signal.signal(num, _signal.SIG_IGN if name in _CHILD_SIGNALS[:3] else _signal.SIG_DFL)
     _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
     import _thread
-    import socket
 
     from .proxy_server import Server
 
-    ctl = socket.socket(fileno=ctl.detach())
-    server = Server(proxy.rules, [socket.socket(fileno=lst.detach()) for lst in listeners], proxy.limits,
-                    proxy._resolver)
+    server = Server(proxy.rules, listeners, proxy.limits, proxy._resolver)
     _thread.start_new_thread(server.serve, ())
     try:
         # Ready: from now on a refusal can happen, so the parent waits for the report.

@@ -5,13 +5,17 @@ Runs in the process that ``proxy.Proxy`` forks (or in a thread of the caller's p
 One thread per connection (``_thread``: no ``threading`` machinery is needed); the accept
 loop polls the listeners and a wake-up pipe. Nothing of the traffic is logged or kept:
 only refusals, as (host, port, reason) with sbxc's own wording.
+
+Sockets are ``_socket.socket`` objects (``socket.socket`` is a subclass, so callers may pass
+either): the ``socket`` module imports ``enum``, ``selectors`` and ``collections``, about
+7 ms of CPU in the proxy process at every start, on CPUs the sandbox's start needs too.
 """
 from __future__ import annotations
 
+import _socket
 import _thread
 import os
 import select
-import socket
 import sys
 import time
 
@@ -120,7 +124,7 @@ def _lingering_close(conn) -> None:
     drop the response it has not read yet. So: send FIN, read and drop what comes until
     the client closes, for a bounded time and amount."""
     try:
-        conn.shutdown(socket.SHUT_WR)
+        conn.shutdown(_socket.SHUT_WR)
         end = time.monotonic() + 2.0
         dropped = 0
         while dropped < (1 << 20):
@@ -140,8 +144,8 @@ def default_resolver(host: str) -> list[str]:
     """The host's own resolver (getaddrinfo), once per request: the proxy connects to an
     address it got here and checked, never to the name again."""
     out = []
-    for family, _, _, _, sockaddr in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM):
-        if family in (socket.AF_INET, socket.AF_INET6) and sockaddr[0] not in out:
+    for family, _, _, _, sockaddr in _socket.getaddrinfo(host, None, type=_socket.SOCK_STREAM):
+        if family in (_socket.AF_INET, _socket.AF_INET6) and sockaddr[0] not in out:
             out.append(sockaddr[0])
     return out
 
@@ -210,11 +214,12 @@ class Server:
         overflow = max(4, limit // 8)
         while True:
             try:
-                conn, _ = lst.accept()
+                fd, _ = lst._accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
                 return  # EMFILE and the like: the client sees a reset; the loop goes on
+            conn = _socket.socket(lst.family, lst.type, lst.proto, fd)
             with self.lock:
                 n = self.active
                 if n < limit + overflow:
@@ -222,7 +227,7 @@ class Server:
                     self.conns.add(conn)
             if n >= limit + overflow:
                 self.note("", 0, f"too many connections (limit {limit})")
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                conn.setsockopt(_socket.SOL_SOCKET, _socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                 conn.close()
                 continue
             try:
@@ -251,7 +256,7 @@ class Server:
             conns = list(self.conns)
         for conn in conns:
             try:
-                conn.shutdown(socket.SHUT_RDWR)
+                conn.shutdown(_socket.SHUT_RDWR)
             except OSError:
                 pass
         end = time.monotonic() + wait
@@ -276,12 +281,12 @@ class Server:
             raise Timeout
         conn.settimeout(left)
         try:
-            data, anc, _flags, _addr = conn.recvmsg(1, socket.CMSG_SPACE(4))
+            data, anc, _flags, _addr = conn.recvmsg(1, _socket.CMSG_SPACE(4))
         except TimeoutError:
             raise Timeout from None
         fds = []
         for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
                 fds += [int.from_bytes(payload[i:i + 4], sys.byteorder) for i in range(0, len(payload) - 3, 4)]
         if not data:
             for fd in fds:
@@ -295,11 +300,11 @@ class Server:
             reader.buf += data
             return None
         try:
-            client = socket.socket(fileno=fds[0])
+            client = _socket.socket(fileno=fds[0])
         except OSError:
             os.close(fds[0])
             raise Closed from None
-        if client.type != socket.SOCK_STREAM or client.family not in (socket.AF_INET, socket.AF_INET6):
+        if client.type != _socket.SOCK_STREAM or client.family not in (_socket.AF_INET, _socket.AF_INET6):
             client.close()
             raise Closed
         with self.lock:
@@ -314,13 +319,13 @@ class Server:
             limits = self.limits
             deadline = time.monotonic() + (min(2.0, limits.handshake_timeout) if busy else limits.handshake_timeout)
             reader = _Reader(conn, deadline)
-            if conn.family == socket.AF_UNIX:
+            if conn.family == _socket.AF_UNIX:
                 handed = self._handed_over(conn, reader)
                 if handed is not None:
                     conn = handed
                     reader = _Reader(conn, deadline)
-            if conn.family != socket.AF_UNIX:
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if conn.family != _socket.AF_UNIX:
+                conn.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             first = reader.first_byte()
             if first == proto.SOCKS_VERSION:
                 upstream = self._socks(conn, reader, busy)
@@ -381,9 +386,9 @@ class Server:
         version, command, _, atyp = reader.exact(4)
         try:
             if atyp == proto.ATYP_V4:
-                kind, host = "addr", (socket.AF_INET, reader.exact(4))
+                kind, host = "addr", (_socket.AF_INET, reader.exact(4))
             elif atyp == proto.ATYP_V6:
-                kind, host = "addr", match.canonical_addr(socket.AF_INET6, reader.exact(16))
+                kind, host = "addr", match.canonical_addr(_socket.AF_INET6, reader.exact(16))
             elif atyp == proto.ATYP_NAME:
                 kind, host = match.parse_host(reader.exact(reader.exact(1)[0]).decode("utf-8"))
             else:
@@ -454,7 +459,7 @@ class Server:
             if left <= 0:
                 kind = "timeout"
                 break
-            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock = _socket.socket(family, _socket.SOCK_STREAM)
             sock.settimeout(left)
             address = (match.addr_text(family, packed), port)
             try:
@@ -470,7 +475,7 @@ class Server:
             except OSError:
                 sock.close()
                 continue
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             sock.settimeout(self.limits.idle_timeout)
             return sock
         raise Failure(kind, {"timeout": "the connection timed out", "refused": "the connection was refused",
