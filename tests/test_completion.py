@@ -47,7 +47,8 @@ def ask_bash(path: str, words: list, cwd=None) -> list:
 
 
 @pytest.mark.parametrize("words,want", [
-    (["sbxc", ""], ["compile", "exec", "print-config", "explain", "init", "doctor", "cache", "schema", "export",
+    (["sbxc", ""], ["compile", "exec", "print-config", "explain", "init", "doctor", "cache", "session", "schema",
+                    "export",
                     "completion", "help", "--help", "--version"]),
     (["sbxc", "co"], ["compile", "completion"]),
     (["sbxc", "compile", "--b"], ["--backend="]),
@@ -58,6 +59,11 @@ def ask_bash(path: str, words: list, cwd=None) -> list:
     (["sbxc", "compile", "--format", ""], ["text", "json", "sarif"]),
     (["sbxc", "cache", ""], ["path", "clear"]),
     (["sbxc", "cache", "clear", "--"], ["--project=", "--all", "--id=", "--root=", "--help"]),
+    (["sbxc", "session", ""], ["start", "list", "diff", "apply", "stop", "drop"]),
+    (["sbxc", "session", "st"], ["start", "stop"]),
+    (["sbxc", "session", "start", "--"], ["--policy=", "--from=", "--stage=", "--format=", "--help"]),
+    (["sbxc", "session", "start", "--stage", "a:b", "--format", ""], ["text", "json"]),
+    (["sbxc", "session", "stop", "--"], ["--snapshot=", "--help"]),
     (["sbxc", "completion", ""], ["bash", "zsh"]),
     (["sbxc", "help", "ex"], ["exec", "explain", "export"]),
 ])
@@ -124,13 +130,15 @@ def test_zsh_completes_from_the_table(tmp_path):
         _pty_read(fd, 1)
         got = {}
         for line, expect in ((b"sbxc compile --back", b"--backend="), (b"sbxc cache cl", b"clear"),
-                             (b"sbxc expl", b"explain"), (b"sbxc completion ", b"zsh")):
+                             (b"sbxc expl", b"explain"), (b"sbxc completion ", b"zsh"),
+                             (b"sbxc session dr", b"drop")):
             os.write(fd, line + b"\t")
             got[line] = _pty_read(fd, 5, expect)
             os.write(fd, b"\x15")  # kill the whole line (emacs keymap), keeping the prompt
             _pty_read(fd, 1)
         for (line, expect) in ((b"sbxc compile --back", b"--backend="), (b"sbxc cache cl", b"clear "),
-                               (b"sbxc expl", b"explain "), (b"sbxc completion ", b"bash")):
+                               (b"sbxc expl", b"explain "), (b"sbxc completion ", b"bash"),
+                               (b"sbxc session dr", b"drop ")):
             assert expect in got[line], (line, got[line])
         os.write(fd, b"\x15sbxc exec --network=\t")
         out = _pty_read(fd, 5, b"yes")

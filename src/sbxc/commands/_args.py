@@ -9,8 +9,9 @@ means the same wherever it is accepted (docs/cli.md):
 - ``--network`` takes an optional value. The word after it is taken as its value when it
   is one (``true``, ``off`` ...); a word that is none of them is a usage error, never the
   command or the policy: ``sbxc exec --network make`` cannot be read two ways.
-- Options are spelled out (no abbreviations); a flag given twice with different values,
-  two flags that exclude each other, and a stray word are usage errors.
+- Options are spelled out (no abbreviations); a flag given twice with different values
+  (unless it is one that ``repeat``s, such as ``session start --stage``), two flags that
+  exclude each other, and a stray word are usage errors.
 """
 from ..layout import BACKEND_CHOICES
 
@@ -29,12 +30,15 @@ class HelpAsked(Exception):
 class Flag:
     """One option. ``metavar`` None: a switch. ``optional``: the value may be left out
     (then it is ``const``). ``choices``: the only values accepted (case-insensitive when
-    ``fold``). ``dest``: the key in the parsed result; ``const`` what a switch stores."""
+    ``fold``). ``dest``: the key in the parsed result; ``const`` what a switch stores.
+    ``repeat``: may be given more than once; the result is the list of values in order
+    (empty when never given)."""
 
-    __slots__ = ("name", "metavar", "choices", "optional", "const", "dest", "help", "short", "fold", "path")
+    __slots__ = ("name", "metavar", "choices", "optional", "const", "dest", "help", "short", "fold", "path",
+                 "repeat")
 
     def __init__(self, name, help, metavar=None, choices=(), optional=False, const=True, dest=None,
-                 short=None, fold=False, path=False):
+                 short=None, fold=False, path=False, repeat=False):
         self.name = name
         self.help = help
         self.metavar = metavar
@@ -46,6 +50,7 @@ class Flag:
         self.fold = fold
         self.path = path
         """Completion offers file names for the value."""
+        self.repeat = repeat
 
     def takes_value(self) -> bool:
         return self.metavar is not None
@@ -59,15 +64,23 @@ class Flag:
 
 
 class Positional:
-    __slots__ = ("name", "help", "required", "choices", "path", "dest")
+    """One word after the options. ``many``: the last positional only, it takes every word
+    left (a list, maybe empty); unlike exec's ``rest`` the options may still follow it."""
 
-    def __init__(self, name, help, required=False, choices=(), path=False, dest=None):
+    __slots__ = ("name", "help", "required", "choices", "path", "dest", "many")
+
+    def __init__(self, name, help, required=False, choices=(), path=False, dest=None, many=False):
         self.name = name
         self.dest = dest or name.lower()
         self.help = help
         self.required = required
         self.choices = choices
         self.path = path
+        self.many = many
+
+    def spelling(self) -> str:
+        word = self.name + ("..." if self.many else "")
+        return word if self.required else f"[{word}]"
 
 
 class Command:
@@ -204,8 +217,46 @@ EXPORT = Command(
            USAGE_EXIT, INTERNAL),
     notes=("The container's command, if any, follows --.",),
 )
+_SESSION_ID = Positional("ID", "the session (sbxc session start printed it; sbxc session list lists them)",
+                         required=True)
+_SESSION_FORMAT = _format("json")
+REFUSED = "1 refused (one line says why)"
+SESSION = Command(
+    "session", "per-session workspaces: start, list, diff, apply, stop, drop",
+    subcommands=(
+        Command("start", "make a workspace (a copy of the project) and print its ID",
+                flags=(Flag("--policy", "the policy whose workspace: settings apply (default: sandbox.policy.yaml "
+                            "here or in the nearest parent)", metavar="P", path=True),
+                       Flag("--from", "start from this snapshot (sbxc session stop --snapshot kept it)",
+                            metavar="SNAPSHOT", dest="snapshot"),
+                       Flag("--stage", "also copy host file SRC into the workspace at DEST (relative to it)", metavar="SRC:DEST", path=True, repeat=True),
+                       _SESSION_FORMAT, HELP),
+                exits=("0 started (the ID on stdout)", REFUSED, USAGE_EXIT, INTERNAL)),
+        Command("list", "the sessions, snapshots and warm pool", flags=(_SESSION_FORMAT, HELP),
+                exits=("0 listed", REFUSED, USAGE_EXIT, INTERNAL)),
+        Command("diff", "what the session changed against the project", flags=(_SESSION_FORMAT, HELP),
+                positionals=(_SESSION_ID,), exits=("0 shown", REFUSED, USAGE_EXIT, INTERNAL)),
+        Command("apply", "copy the session's changes back to the project (all, or only PATH...)",
+                flags=(_SESSION_FORMAT, HELP),
+                positionals=(_SESSION_ID, Positional("PATH", "only these changed paths (relative to the project)",
+                                                     many=True, path=True, dest="paths")),
+                exits=("0 every change applied", "1 refused: any file refused (changed on the host too), or "
+                       "the workspace is over workspace.max_bytes", USAGE_EXIT, INTERNAL)),
+        Command("stop", "end the session and remove its workspace (or keep it as a snapshot)",
+                flags=(Flag("--snapshot", "keep the workspace as the snapshot NAME", metavar="NAME"), HELP),
+                positionals=(_SESSION_ID,),
+                exits=("0 stopped", "1 refused, or the session was not stopped", USAGE_EXIT, INTERNAL)),
+        Command("drop", "remove a snapshot", flags=(HELP,),
+                positionals=(Positional("SNAPSHOT", "the snapshot's name", required=True, dest="name"),),
+                exits=("0 removed", REFUSED, USAGE_EXIT, INTERNAL)),
+    ),
+    flags=(HELP,),
+    exits=("0 done", "1 refused (apply: any file refused)", USAGE_EXIT, INTERNAL),
+    notes=("Run commands in a session's workspace with sbxc exec --session ID -- CMD.",),
+)
 
-COMMANDS = (COMPILE, EXEC, PRINT_CONFIG, EXPLAIN, INIT, DOCTOR, CACHE, SCHEMA, EXPORT, COMPLETION, HELP_CMD)
+COMMANDS = (COMPILE, EXEC, PRINT_CONFIG, EXPLAIN, INIT, DOCTOR, CACHE, SESSION, SCHEMA, EXPORT, COMPLETION,
+            HELP_CMD)
 BY_NAME = {c.name: c for c in COMMANDS}
 for _c in COMMANDS:  # the positional's choices, for help and completion
     if _c.name == "help":
@@ -288,9 +339,9 @@ def parse(cmd: Command, argv) -> dict:
     """The options and positionals of ``argv`` as ``{dest: value}`` (positionals by their
     lower-case name; exec's command as ``"cmd"``). Raises Usage or HelpAsked."""
     prefix = f"sbxc {cmd.name}"
-    out = {f.dest: None for f in cmd.flags}
+    out = {f.dest: [] if f.repeat else None for f in cmd.flags}
     for p in cmd.positionals:
-        out[p.dest] = None
+        out[p.dest] = [] if p.many else None
     by_name = {}
     for f in cmd.flags:
         by_name[f.name] = f
@@ -328,6 +379,11 @@ def parse(cmd: Command, argv) -> dict:
         if flag is HELP or flag.name == "--help":
             raise HelpAsked()
         value, i = _flag_value(cmd, flag, w, eq, value, words, i)
+        if flag.repeat:
+            out[flag.dest].append(value)
+            given[flag.dest] = w
+            i += 1
+            continue
         if flag.dest in given and out[flag.dest] != value:
             raise Usage(f"{given[flag.dest]} and {w} disagree; give one")
         given[flag.dest] = w if not (flag.takes_value() and not eq and not flag.optional) else f"{w} {value}"
@@ -337,16 +393,21 @@ def parse(cmd: Command, argv) -> dict:
         both = [given[d].split()[0].split("=")[0] for d in group if d in given]
         if len(both) > 1:
             raise Usage(f"{' and '.join(both)} were both given; give one of them")
-    if len(positionals) > len(cmd.positionals):
-        extra = positionals[len(cmd.positionals)]
+    fixed = cmd.positionals
+    if fixed and fixed[-1].many:
+        fixed = fixed[:-1]
+        out[cmd.positionals[-1].dest] = positionals[len(fixed):]
+        positionals = positionals[:len(fixed)]
+    if len(positionals) > len(fixed):
+        extra = positionals[len(fixed)]
         raise Usage(f"unexpected argument {extra!r}" + (
             f" ({cmd.positionals[0].name} is {positionals[0]!r})" if cmd.positionals else f"; {prefix} takes none"))
-    for p, v in zip(cmd.positionals, positionals):
+    for p, v in zip(fixed, positionals):
         if p.choices and v not in p.choices:
             raise Usage(unknown(p.name.lower(), v, list(p.choices)))
         out[p.dest] = v
     for p in cmd.positionals[len(positionals):]:
-        if p.required:
+        if p.required and not (p.many and out[p.dest]):
             raise Usage(f"{p.name} is missing")
     if cmd.rest:
         out["cmd"] = rest or []

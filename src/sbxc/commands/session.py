@@ -8,22 +8,17 @@
     sbxc session drop  SNAPSHOT
 
 The work is the runtime's (``runtime/sessions``, ``session_start``, ``session_apply``);
-this module reads the command line, finds the policy's workspace settings through the
+this module reads the command line (its grammar is ``_args.SESSION``, the table every
+command parses with), finds the policy's workspace settings through the
 plan cache (the same plan ``exec`` runs), and words the results. Exit 0; 1 when the
-operation was refused (``apply``: when any file was refused); 2 usage.
+operation was refused (``apply``: when any file was refused); 2 usage; 3 sbxc itself broke.
 """
 from __future__ import annotations
 
 import os
 import sys
 
-
-USAGE = ("usage: sbxc session start [--policy P] [--from SNAPSHOT] [--stage SRC:DEST]... [--format text|json]\n"
-         "       sbxc session list [--format text|json]\n"
-         "       sbxc session diff ID [--format text|json]\n"
-         "       sbxc session apply ID [PATH...] [--format text|json]\n"
-         "       sbxc session stop ID [--snapshot NAME]\n"
-         "       sbxc session drop SNAPSHOT\n")
+from . import _args, _help
 
 
 def _plan(policy, cwd: str) -> dict:
@@ -48,95 +43,37 @@ def _json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 
-class Usage(Exception):
-    pass
-
-
-class Args:
-    def __init__(self, **kw):
-        self.__dict__.update(kw)
-
-
-# verb -> (options taking a value, positional names; "paths" takes the rest)
-_GRAMMAR = {
-    "start": (("--format", "--policy", "--from", "--stage"), ()),
-    "list": (("--format",), ()),
-    "diff": (("--format",), ("id",)),
-    "apply": (("--format",), ("id", "paths")),
-    "stop": (("--snapshot",), ("id",)),
-    "drop": ((), ("name",)),
-}
-
-
 def _stage_arg(text: str) -> tuple[str, str]:
     src, sep, dest = text.rpartition(":")
     if not sep or not src or not dest:
-        raise Usage(f"--stage {text!r} is not SRC:DEST")
+        raise _args.Usage(f"--stage {text!r} is not SRC:DEST")
     return os.path.abspath(os.path.expanduser(src)), dest
 
 
-def parse_args(verb: str, argv: list) -> Args:
-    """The session commands' small grammar, by hand: ``argparse`` alone costs more start-up
-    time than taking a ready workspace from the pool."""
-    takes, positional = _GRAMMAR[verb]
-    a = Args(format="text", policy=None, snapshot="", stage=[], id=None, name=None, paths=[])
-    pos = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            pos += argv[i + 1:]
-            break
-        if arg.startswith("--"):
-            name, eq, value = arg.partition("=")
-            if name not in takes:
-                raise Usage(f"unknown option {arg!r}")
-            if not eq:
-                if i + 1 >= len(argv):
-                    raise Usage(f"{name} needs a value")
-                i += 1
-                value = argv[i]
-            if name == "--format":
-                if value not in ("text", "json"):
-                    raise Usage(f"--format {value!r}: use text or json")
-                a.format = value
-            elif name == "--stage":
-                a.stage.append(_stage_arg(value))
-            elif name == "--from" or (name == "--snapshot" and verb == "stop"):
-                a.snapshot = value
-            else:
-                setattr(a, name[2:], value)
-        else:
-            pos.append(arg)
-        i += 1
-    for k in positional:
-        if k == "paths":
-            a.paths, pos = pos, []
-        elif pos:
-            setattr(a, k, pos.pop(0))
-        else:
-            raise Usage(f"missing {k.upper()}")
-    if pos:
-        raise Usage(f"unexpected argument {pos[0]!r}")
-    return a
-
-
 def main(argv) -> int:
-    if not argv or argv[0] not in _GRAMMAR:
-        if argv and argv[0] in ("-h", "--help", "help"):
-            sys.stdout.write(USAGE)
-            return 0
-        sys.stderr.write(USAGE)
+    verbs = {c.name: c for c in _args.SESSION.subcommands}
+    if argv and argv[0] in ("-h", "--help", "help"):
+        sys.stdout.write(_help.command_help(_args.SESSION))
+        return 0
+    if not argv or argv[0] not in verbs:
+        what = (_args.unknown("subcommand", argv[0], list(verbs)) if argv and not argv[0].startswith("-")
+                else f"a subcommand is needed first (choose from: {', '.join(verbs)})")
+        sys.stderr.write(f"sbxc session: {what} (see: sbxc help session)\n")
         return 2
     verb = argv[0]
-    if "-h" in argv[1:] or "--help" in argv[1:]:
-        sys.stdout.write(USAGE)
-        return 0
-    try:
-        args = parse_args(verb, argv[1:])
-    except Usage as e:
-        sys.stderr.write(f"sbxc session {verb}: {e}\n{USAGE}")
-        return 2
+    args, code = _help.run_parse(verbs[verb], argv[1:], sys.stdout, sys.stderr, parent="session")
+    if args is None:
+        return code
+    if verb in ("start", "list", "diff", "apply"):
+        args["format"] = args.format or "text"
+    if verb in ("start", "stop"):
+        args["snapshot"] = args.snapshot or ""
+    if verb == "start":
+        try:
+            args["stage"] = [_stage_arg(t) for t in args.stage]
+        except _args.Usage as e:
+            sys.stderr.write(f"sbxc session start: {e} (see: sbxc help session start)\n")
+            return 2
     from ..runtime.errors import Refusal
 
     try:
