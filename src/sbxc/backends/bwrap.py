@@ -43,15 +43,15 @@ from __future__ import annotations
 
 from ..compiler.plan import (
     BUILTIN_SPAN, KIND_DIR, KIND_MISSING, KIND_OTHER, MASK, NET_HOSTS, NET_OFF, NET_ON, NET_RULES,
-    READ, TMPFS, WRITE, PathRule, Plan, is_within, path_depth,
+    READ, TMPFS, WRITE, PathRule, Plan, path_depth,
 )
 from ..layout import BWRAP_EMPTY_FD as EMPTY_FD  # noqa: F401 (the runtime's placeholder too)
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
 from .lowered import Lowered
+from .mountrules import settled
 
 NAME = "bwrap"
 
-_OWN_MOUNTS = ("/proc", "/dev")
 
 
 def _version_at_least(version: str, want: tuple[int, ...]) -> bool:
@@ -124,45 +124,19 @@ def lower(plan: Plan, host) -> Lowered:
     for rule in plan.fs:
         subj = _subject(rule, plan)
         p = rule.path
-        under_own = next((o for o in _OWN_MOUNTS if is_within(p, o)), None)
-        if under_own is not None:
-            if rule.access == MASK:
-                verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
-            else:
-                why = ("sbxc gives every sandbox its own /proc" if under_own == "/proc"
-                       else "sbxc gives every sandbox a minimal /dev (null, zero, random, tty, pts, shm)")
-                verdicts.append(verdict(NAME, subj, NARROWED, rule.span, why))
-            continue
-
         parent = _parent_rule(by_path, p)
         parent_access = parent.access if parent is not None else None
         cache_rule = rule.origin == "cache"  # made by the runtime before bwrap starts
         missing = rule.kind == KIND_MISSING and not cache_rule
+        done = settled(NAME, rule, subj, parent_access, missing, "null, zero, random, tty, pts, shm")
+        if done is not None:
+            verdicts.append(done)
+            continue
 
-        if rule.access == MASK:
-            if missing:
-                if parent_access == WRITE:
-                    verdicts.append(verdict(
-                        NAME, subj, PARTIAL, rule.span,
-                        "the path does not exist and its parent is writable: the command could create it",
-                    ))
-                elif parent_access == TMPFS:
-                    verdicts.append(verdict(
-                        NAME, subj, PARTIAL, rule.span,
-                        "the path does not exist and its parent is a private tmpfs: the command could create "
-                        "it there (it never reaches the host)",
-                    ))
-                else:
-                    verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
-                continue
-            if parent_access in (MASK, None):
-                # Nothing of the host shows there, and nothing can be made there: a masked
-                # folder and the sandbox's own root are read-only once the mounts are done.
-                verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
-                continue
-            # Under a private tmpfs the path is absent but could be created: mounting the
-            # mask there (in the tmpfs, not on the host) keeps it from being made.
-        elif missing:
+        # A mask left here is mounted: under a private tmpfs the path is absent but could be
+        # created, and mounting the mask there (in the tmpfs, not on the host) keeps it from
+        # being made.
+        if rule.access != MASK and missing:
             verdicts.append(verdict(NAME, subj, NOT_ENFORCEABLE, rule.span,
                                     "the path does not exist; bwrap cannot mount it"))
             continue

@@ -41,10 +41,11 @@ from __future__ import annotations
 
 from ..compiler.plan import (
     BUILTIN_SPAN, KIND_DIR, KIND_MISSING, KIND_OTHER, MASK, NET_HOSTS, NET_OFF, NET_ON, NET_RULES,
-    READ, TMPFS, WRITE, PathRule, Plan, is_within, path_depth,
+    READ, TMPFS, WRITE, PathRule, Plan, path_depth,
 )
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
 from .lowered import Lowered
+from .mountrules import settled
 
 NAME = "oci"
 OCI_VERSION = "1.0.2"
@@ -52,7 +53,6 @@ EMPTY_FILE = "sbxc-empty"
 """The bundle's empty regular file that masked files are bound from (relative to the bundle)."""
 ROOTFS = "rootfs"
 
-_OWN_MOUNTS = ("/proc", "/dev")
 _SPEC_ARCH = {"x86_64": "SCMP_ARCH_X86_64", "aarch64": "SCMP_ARCH_AARCH64"}
 _BIND = ("rbind", "nosuid", "nodev")
 
@@ -139,39 +139,16 @@ def filesystem(plan: Plan):
     for rule in plan.fs:
         subj = _subject(rule, plan)
         p = rule.path
-        under_own = next((o for o in _OWN_MOUNTS if is_within(p, o)), None)
-        if under_own is not None:
-            if rule.access == MASK:
-                verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
-            else:
-                why = ("sbxc gives every sandbox its own /proc" if under_own == "/proc"
-                       else "sbxc gives every sandbox a minimal /dev (null, zero, full, random, urandom, tty, pts, shm)")
-                verdicts.append(verdict(NAME, subj, NARROWED, rule.span, why))
-            continue
-
         parent = _parent_rule(by_path, p)
         parent_access = parent.access if parent is not None else None
         cache_rule = rule.origin == "cache"  # made by the runtime before runc starts
         missing = rule.kind == KIND_MISSING and not cache_rule
+        done = settled(NAME, rule, subj, parent_access, missing, "null, zero, full, random, urandom, tty, pts, shm")
+        if done is not None:
+            verdicts.append(done)
+            continue
 
-        if rule.access == MASK:
-            if missing:
-                if parent_access == WRITE:
-                    verdicts.append(verdict(NAME, subj, PARTIAL, rule.span,
-                                            "the path does not exist and its parent is writable: the command could create it"))
-                elif parent_access == TMPFS:
-                    verdicts.append(verdict(NAME, subj, PARTIAL, rule.span,
-                                            "the path does not exist and its parent is a private tmpfs: the command could "
-                                            "create it there (it never reaches the host)"))
-                else:
-                    verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
-                continue
-            if parent_access in (MASK, None):
-                # Nothing of the host shows there and nothing can be made there: a masked
-                # folder is read-only once the mounts are done, and so is the empty root.
-                verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
-                continue
-        elif missing:
+        if rule.access != MASK and missing:
             verdicts.append(verdict(NAME, subj, NOT_ENFORCEABLE, rule.span,
                                     "the path does not exist; runc cannot mount it"))
             continue

@@ -32,7 +32,7 @@ JSON_FORMAT = "sbxc-explain/1"
 
 OPS = ("read", "write", "exec", "connect")
 _BWRAP_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
-# bwrap replaces these with the sandbox's own (backends/bwrap.py _OWN_MOUNTS).
+# bwrap replaces these with the sandbox's own (backends/mountrules.py OWN_MOUNTS).
 _BWRAP_OWN = {"/proc": "its own /proc", "/dev": "a minimal /dev of its own (null, zero, random, tty, pts, shm)"}
 
 

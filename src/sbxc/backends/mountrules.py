@@ -1,0 +1,41 @@
+"""Verdicts that the mount-based backends (bwrap, OCI) give alike, before each decides how
+to mount a rule: a rule under the sandbox's own /proc or /dev, and a mask that needs no
+mount (a missing path, or one under nothing of the host)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..compiler.plan import MASK, TMPFS, WRITE, is_within
+from ..verdict import ENFORCED, NARROWED, PARTIAL, Verdict, verdict
+
+OWN_MOUNTS = ("/proc", "/dev")
+"""Folders every sandbox gets its own of: no host rule reaches into them."""
+
+
+def settled(backend: str, rule, subj: str, parent_access: Optional[str], missing: bool,
+            dev_files: str) -> Optional[Verdict]:
+    """The verdict for ``rule`` when no mount of it is needed, else None. ``dev_files``
+    lists what the backend's /dev holds, for the narrowed reason."""
+    under_own = next((o for o in OWN_MOUNTS if is_within(rule.path, o)), None)
+    if under_own is not None:
+        if rule.access == MASK:
+            return verdict(backend, subj, ENFORCED, rule.span)
+        why = ("sbxc gives every sandbox its own /proc" if under_own == "/proc"
+               else f"sbxc gives every sandbox a minimal /dev ({dev_files})")
+        return verdict(backend, subj, NARROWED, rule.span, why)
+    if rule.access != MASK:
+        return None
+    if missing:
+        if parent_access == WRITE:
+            return verdict(backend, subj, PARTIAL, rule.span,
+                           "the path does not exist and its parent is writable: the command could create it")
+        if parent_access == TMPFS:
+            return verdict(backend, subj, PARTIAL, rule.span,
+                           "the path does not exist and its parent is a private tmpfs: the command could create "
+                           "it there (it never reaches the host)")
+        return verdict(backend, subj, ENFORCED, rule.span)
+    if parent_access in (MASK, None):
+        # Nothing of the host shows there and nothing can be made there: a masked folder
+        # and the sandbox's own root are read-only once the mounts are done.
+        return verdict(backend, subj, ENFORCED, rule.span)
+    return None
