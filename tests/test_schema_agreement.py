@@ -134,7 +134,7 @@ def _leaf(name: str):
         names = st.sampled_from(["corp", "mirror-1", "a_b"])
         # A wrong item text (a retyped number, say) is an invalid host to the loader and a
         # string to the schema, which checks no host syntax: only wrong shapes here.
-        hosts = _mostly(_list_of(scalar(["example.org", "a.example.org:8443", "10.1.2.3:5432"])),
+        hosts = _mostly(_list_of(scalar(["example.org", "a.example.org:8443", "127.0.0.2:5432"])),
                         st.one_of(scalar(VALID["bool"]), st.just(("map", [])), st.just(("list", [("list", [])]))))
         entry = st.tuples(st.tuples(st.just("scalar"), names, st.just("plain")), hosts)
         return _mostly(st.lists(entry, max_size=3, unique_by=lambda e: e[0][1]).map(lambda xs: ("map", xs)),

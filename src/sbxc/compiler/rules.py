@@ -62,7 +62,7 @@ class HostRuleAst:
     """``allow HOST[:PORT]`` or ``allow @GROUP``, checked but with groups not yet expanded."""
 
     host: str
-    """The host as written (``example.org``, ``*.files.example.org``, ``10.1.2.3``, ``[::1]``);
+    """The host as written (``example.org``, ``*.files.example.org``, ``127.0.0.2``, ``[::1]``);
     "" for a group."""
     kind: str
     """``name``, ``wild``, ``addr`` (sbxc.hostnames.parse_pattern), or ``group``."""

@@ -42,7 +42,7 @@ class Rule:
 
 def parse_rule(pattern: str, ports=None, source: str = "") -> Rule:
     """A rule from plain data; ValueError (with the reason) for one the proxy cannot use.
-    ``pattern``: ``example.org``, ``*.files.example.org``, ``10.1.2.3``, ``[::1]`` or
+    ``pattern``: ``example.org``, ``*.files.example.org``, ``127.0.0.2``, ``[::1]`` or
     ``::1``; ``ports``: an iterable of ports, or None / empty for 443 and 80."""
     if not isinstance(pattern, str):
         raise ValueError("a host rule's host must be a string")
