@@ -39,3 +39,20 @@ def settled(backend: str, rule, subj: str, parent_access: Optional[str], missing
         # and the sandbox's own root are read-only once the mounts are done.
         return verdict(backend, subj, ENFORCED, rule.span)
     return None
+
+
+def host_network_verdicts(backend: str, net, landlock_abi: int) -> list:
+    """``network: true`` where the command shares the host's network namespace, which holds
+    the host's abstract Unix socket names: only a Landlock scope (ABI 6) keeps the command
+    from connecting to them."""
+    out = [verdict(backend, "network: true", ENFORCED, net.span)]
+    if landlock_abi >= 6:
+        out.append(verdict(backend, "abstract unix sockets", ENFORCED, net.span,
+                           "the command shares the host's network namespace; a Landlock scope (ABI 6) "
+                           "refuses connections to abstract sockets bound outside the sandbox"))
+    else:
+        out.append(verdict(backend, "abstract unix sockets", PARTIAL, net.span,
+                           f"the command shares the host's network namespace and can connect to host "
+                           f"processes' abstract Unix sockets (X11, D-Bus); Landlock ABI "
+                           f"{landlock_abi} here has no scope for them (needs 6)"))
+    return out

@@ -45,7 +45,7 @@ from ..compiler.plan import (
 )
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
 from .lowered import Lowered
-from .mountrules import settled
+from .mountrules import host_network_verdicts, settled
 
 NAME = "oci"
 OCI_VERSION = "1.0.2"
@@ -324,16 +324,7 @@ def lower(plan: Plan, host) -> Lowered:
         verdicts.append(verdict(NAME, "syscalls", NOT_ENFORCEABLE, span0, f"the seccomp profile could not be built: {e}"))
 
     if net.mode == NET_ON:
-        verdicts.append(verdict(NAME, "network: true", ENFORCED, net.span))
-        if host.landlock_abi >= 6:
-            verdicts.append(verdict(NAME, "abstract unix sockets", ENFORCED, net.span,
-                                    "the command shares the host's network namespace; a Landlock scope (ABI 6) "
-                                    "refuses connections to abstract sockets bound outside the sandbox"))
-        else:
-            verdicts.append(verdict(NAME, "abstract unix sockets", PARTIAL, net.span,
-                                    f"the command shares the host's network namespace and can connect to host "
-                                    f"processes' abstract Unix sockets (X11, D-Bus); Landlock ABI "
-                                    f"{host.landlock_abi} here has no scope for them (needs 6)"))
+        verdicts += host_network_verdicts(NAME, net, host.landlock_abi)
     elif net.mode == NET_OFF:
         verdicts.append(verdict(NAME, "network: false", ENFORCED, net.span))
     else:
