@@ -235,15 +235,8 @@ def write_new(folder: str, name: str, text: str) -> None:
     import secrets
 
     tmp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    _write_exclusive(tmp, text, drop_on_error=True)
     try:
-        try:
-            data = text.encode("utf-8")
-            while data:
-                data = data[os.write(fd, data):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
         final = os.path.join(folder, name)
         try:
             os.link(tmp, final, follow_symlinks=False)
@@ -268,15 +261,24 @@ def write_new(folder: str, name: str, text: str) -> None:
         pass  # the file is written; only its durability across a power cut is in doubt
 
 
-def _write_exclusive(path: str, text: str) -> None:
+def _write_exclusive(path: str, text: str, drop_on_error: bool = False) -> None:
+    """``text`` into a new file at ``path`` (O_EXCL, no link followed), flushed to disk.
+    ``drop_on_error``: a failed write removes the file it made (a temporary name)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         data = text.encode("utf-8")
         while data:
             data = data[os.write(fd, data):]
         os.fsync(fd)
+    except BaseException:
+        if drop_on_error:
+            os.close(fd)
+            fd = -1
+            os.unlink(path)
+        raise
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
 
 
 # ---------------------------------------------------------------- the command
