@@ -30,6 +30,15 @@ def _mkdir_open(dir_fd: int, name: str) -> int:
     return os.open(name, _RD, dir_fd=dir_fd)
 
 
+def _pool_key_open(store_fd: int, key: str) -> int:
+    """The pool's folder for ``key`` (``pool/<key>``), made if missing."""
+    pool_fd = _mkdir_open(store_fd, POOL)
+    try:
+        return _mkdir_open(pool_fd, key)
+    finally:
+        os.close(pool_fd)
+
+
 def _path(store: str, *names) -> str:
     return "/".join((store,) + names)
 
@@ -43,11 +52,7 @@ def pool_key(project: str, snapshot_uid: str = "") -> str:
 def _make_ready(store_fd: int, store: str, key: str, source: dict, environ) -> bool:
     """One ready copy in ``pool/<key>``: made under a locked temporary name, renamed
     into place only when complete."""
-    pool_fd = _mkdir_open(store_fd, POOL)
-    try:
-        key_fd = _mkdir_open(pool_fd, key)
-    finally:
-        os.close(pool_fd)
+    key_fd = _pool_key_open(store_fd, key)
     try:
         tmp = "t-" + new_id()
         fd = _mkdir_open(key_fd, tmp)
@@ -169,11 +174,7 @@ def refill(key: str, source: dict, size: int, environ, started_fd: int = -1) -> 
     store_fd = open_store(environ)
     lock_fd = -1
     try:
-        pool_fd = _mkdir_open(store_fd, POOL)
-        try:
-            key_fd = _mkdir_open(pool_fd, key)
-        finally:
-            os.close(pool_fd)
+        key_fd = _pool_key_open(store_fd, key)
         try:
             lock_fd = os.open("refill.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                               dir_fd=key_fd)
