@@ -163,11 +163,6 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
 
         cache = prepare_cache(rt.get("cache") or {}, project=rt.get("project", ""))
         try:
-            from .owncode import check as check_own_code
-
-            check_own_code(rt.get("checks", ()), cache.dir)
-            if cache.warning:
-                sys.stderr.write(cache.warning + "\n")
             env = build_env(rt, environ, cache.env)
             from .probe import find_command
 
@@ -178,12 +173,6 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             from .planstore import plans_dir
             from .supervise import run
 
-            # Before anything of the command can run: a record, in the plans folder, that a
-            # run which can write these folders is in progress. Only the completed post-run
-            # checks remove it; whatever stops them (sbxc killed, its limits lowered by the
-            # command, a bug) leaves it, and later runs refuse what this one could write.
-            record = journal.begin(journal.writable_roots(pf, cache.real_dir) + (
-                [workspace.path] if workspace is not None else []))
             proxy = None
             try:
                 if "proxy" in rt and backend != "oci":  # host rules: only then is the proxy imported (runc: network off)
@@ -198,8 +187,26 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             except BaseException:
                 if proxy is not None:
                     proxy.finish(cwd)
-                journal.abandon(record)
                 raise
+            roots = journal.writable_roots(pf, cache.real_dir) + ([workspace.path] if workspace is not None else [])
+            record = [None]
+
+            def last_checks():
+                # Called by the core before anything of the command can run; on bwrap
+                # while bwrap sets the sandbox up (the command waits for the release,
+                # see spec.LaunchSpec). First: the code sbxc runs from must be out of
+                # the command's reach. Then a record, in the plans folder, that a run
+                # which can write these folders is in progress. Only the completed
+                # post-run checks remove it; whatever stops them (sbxc killed, its
+                # limits lowered by the command, a bug) leaves it, and later runs refuse
+                # what this one could write.
+                from .owncode import check as check_own_code
+
+                check_own_code(rt.get("checks", ()), cache.dir)
+                if cache.warning:
+                    sys.stderr.write(cache.warning + "\n")
+                record[0] = journal.begin(roots)
+
             # The hint is for a network that is off: `network: false`, or per-port rules
             # on bwrap and OCI (narrowed to no network). Under Landlock the listed ports stay open.
             net_off = ctx.network == "off" or (ctx.network == "rules" and backend in ("bwrap", "oci")) or (
@@ -214,7 +221,11 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             gc.enable()
             feedback = Feedback(net_off, backend == "landlock", rt.get("checks"), lambda: show_warnings(pf, cwd))
             try:
-                status = run(spec, net_off, state, feedback)
+                status = run(spec, net_off, state, feedback, before_release=last_checks)
+            except BaseException:
+                if record[0] is not None and not state.started:
+                    journal.abandon(record[0])  # the child was ended before the release
+                raise
             finally:
                 if proxy is not None:
                     proxy.finish(cwd)  # the refused hosts, one line each, after the command's output
@@ -226,7 +237,7 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             end = time.time_ns()
             # Only now: every process of the sandbox is gone (a later write would escape the
             # comparison). Keep this after any post-exit clean-up of the sandbox's processes.
-            after_run(watch, record, status, end)
+            after_run(watch, record[0], status, end)
             return status
         finally:
             cache.cleanup()

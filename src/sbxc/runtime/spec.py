@@ -47,6 +47,13 @@ It must not start any process; the core (``sbxc.runtime.launch``) forks once and
   yet; signals then go to the child process itself.
 - ``deliver``: ``None`` or ``(signum, child_pid) -> None``, which then forwards each
   signal itself (OCI: the command is pid 1 of its PID namespace, see ``oci_run``).
+- ``release``: ``None`` or a callable that lets the started child go on to the command,
+  returning False when the child is already gone; ``release(False)`` makes it end
+  without the command instead. With it, the core starts the child
+  first and makes the run's last checks (``supervise.run``'s ``before_release``) while the
+  child sets the sandbox up; after a failed check the child ends without reaching the
+  command (bwrap: the seccomp program, which bwrap reads to end of file before the
+  command, is written only by ``release``).
 
 ``Context`` carries ``project``, ``cwd``, ``uid``, ``is_root``, ``network`` (``on``/``off``/
 ``rules``, after flags), ``cache`` (the cachedir ``CacheSetup`` or None), ``plans_dir``
@@ -63,11 +70,11 @@ docs/runtime.md has the same protocol as a table.
 class LaunchSpec:
     __slots__ = ("argv", "env", "pass_fds", "child_setup", "exec_is_command", "started",
                  "setup_failed", "command_status", "cleanups", "own_pgrp", "signal_target", "after_exit",
-                 "deliver")
+                 "deliver", "release")
 
     def __init__(self, argv, env, pass_fds=(), child_setup=None, exec_is_command=False,
                  started=None, setup_failed=None, command_status=None, cleanups=None,
-                 own_pgrp=False, signal_target=None, after_exit=None, deliver=None):
+                 own_pgrp=False, signal_target=None, after_exit=None, deliver=None, release=None):
         self.argv = list(argv)
         self.env = env
         self.pass_fds = tuple(pass_fds)
@@ -81,6 +88,7 @@ class LaunchSpec:
         self.signal_target = signal_target
         self.after_exit = after_exit
         self.deliver = deliver
+        self.release = release
 
 
 class Context:
