@@ -107,7 +107,8 @@ def run_exec(policy, plan, backend, network, cmd: list, environ, cwd: str, compi
     # from here up (also for --plan: its command may plant one for a later run).
     # A plan from the plan cache was re-checked against the filesystem just now (or
     # compiled just now): only a --plan file still needs it.
-    return launch(pf, cmd, environ, cwd, watch=policy_watch(pf.get("sources") if plan is None else (), cwd),
+    sources = pf.get("sources") if plan is None else ()
+    return launch(pf, cmd, environ, cwd, watch=lambda: policy_watch(sources, cwd),
                   paths_checked=plan is None, state=state, now=now)
 
 
@@ -127,7 +128,9 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
     file, state) pairs to check for changes once the command has ended (``policy_watch``).
     ``paths_checked``: the plan's paths were just re-checked (the plan cache does that
     before serving a plan), so the check is not done twice on the hot path. ``state``: a
-    ``RunState`` that learns when the command was started and its status. ``now``: the
+    ``RunState`` that learns when the command was started and its status. ``watch`` may
+    also be a callable returning those pairs: it is then called with the run's last
+    checks, right before the command can start. ``now``: the
     run's ``staleness.HostNow`` (the facts the plan cache already read). ``workspace``: a
     ``spec.Workspace`` when the run is a session's (``runtime/session_exec``)."""
     state = state if state is not None else RunState()
@@ -169,7 +172,6 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             if "/" not in cmd[0] and not find_command(cmd[0], env):
                 sys.stderr.write(f"sbxc: {one_line(cmd[0], 200)}: command not found\n")
                 return 127
-            from . import journal
             from .planstore import plans_dir
             from .supervise import run
 
@@ -188,8 +190,8 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
                 if proxy is not None:
                     proxy.finish(cwd)
                 raise
-            roots = journal.writable_roots(pf, cache.real_dir) + ([workspace.path] if workspace is not None else [])
             record = [None]
+            watched = [watch]
 
             def last_checks():
                 # Called by the core before anything of the command can run; on bwrap
@@ -200,11 +202,15 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
                 # post-run checks remove it; whatever stops them (sbxc killed, its
                 # limits lowered by the command, a bug) leaves it, and later runs refuse
                 # what this one could write.
+                from . import journal
                 from .owncode import check as check_own_code
 
                 check_own_code(rt.get("checks", ()), cache.dir)
                 if cache.warning:
                     sys.stderr.write(cache.warning + "\n")
+                if callable(watch):
+                    watched[0] = watch()  # the policy files as they are before the command
+                roots = journal.writable_roots(pf, cache.real_dir) + ([workspace.path] if workspace is not None else [])
                 record[0] = journal.begin(roots)
 
             # The hint is for a network that is off: `network: false`, or per-port rules
@@ -224,6 +230,8 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
                 status = run(spec, net_off, state, feedback, before_release=last_checks)
             except BaseException:
                 if record[0] is not None and not state.started:
+                    from . import journal
+
                     journal.abandon(record[0])  # the child was ended before the release
                 raise
             finally:
@@ -237,7 +245,9 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             end = time.time_ns()
             # Only now: every process of the sandbox is gone (a later write would escape the
             # comparison). Keep this after any post-exit clean-up of the sandbox's processes.
-            after_run(watch, record[0], status, end)
+            if record[0] is None:
+                return status  # the last checks never ran (bwrap could not be started): nothing of the command did
+            after_run(watched[0], record[0], status, end)
             return status
         finally:
             cache.cleanup()

@@ -12,7 +12,6 @@ import os
 import sys
 
 from .errors import REFUSED, Refusal, one_line
-from .hint import NETWORK_HINT, NETWORK_PATTERNS, StderrScan  # noqa: F401 (NETWORK_*: their old home)
 
 # Signals passed on to the sandbox process; the rest keep their default action.
 # SIGWINCH too: the command has no controlling terminal under bwrap (new session), so a
@@ -354,6 +353,8 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
             held = []
             started = spec.started is None
             if feedback is not None:
+                from .hint import StderrScan  # after the release: while the sandbox starts the command
+
                 scan = StderrScan(network_off, getattr(feedback, "landlock", False))
             for chunk in _relay_chunks(pid, err_r, wake_r):
                 if isinstance(chunk, int):
