@@ -93,3 +93,50 @@ def test_refusal_after_bwrap_started_leaves_no_process(bwrap_works, project, hom
             except OSError:
                 pass
     assert not left, left
+
+
+def _entry_for(project, env):
+    """The plan cache's entry for the project's policy (the newest p- entry of the root)."""
+    import glob
+    import marshal
+
+    root = env["SBXC_ROOT"]
+    entries = sorted(glob.glob(os.path.join(root, "plans", "p-*")), key=os.path.getmtime)
+    assert entries, os.listdir(root)
+    with open(entries[-1], "rb") as f:
+        return entries[-1], marshal.loads(f.read())
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_plan_of_other_compiler_code_is_compiled_again_and_run_once(bwrap_works, project, home, tmp_path, backend):
+    """The compiler's code is checked in the run's last checks (on bwrap while bwrap sets
+    up): a cached plan made by other code is compiled anew and the command runs exactly
+    once, from the new plan. Control: with the code unchanged the entry is used as it is."""
+    import shutil
+
+    from conftest import SRC
+
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(SRC, "sbxc"), src / "sbxc", ignore=shutil.ignore_patterns("__pycache__"))
+    env = base_env(home)
+    env["PYTHONPATH"] = str(src)
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write(POLICY.replace("backend: bwrap", f"backend: {backend}"))
+    count = os.path.join(project, "COUNT")
+    cmd = [PYTHON, "-m", "sbxc", "exec", "--", "sh", "-c", f'echo x >> "{count}"']
+    assert run(cmd, env=env, cwd=project).rc == 0
+    path, first = _entry_for(project, env)
+    made = os.stat(path).st_mtime_ns
+    # Control: unchanged code, the same entry serves (not rewritten).
+    r = run(cmd, env=env, cwd=project)
+    assert r.rc == 0, r
+    assert os.stat(path).st_mtime_ns == made
+    # The compiler changes (a file grows): the next run compiles again, runs once.
+    with open(src / "sbxc" / "compiler" / "normalize.py", "a") as f:
+        f.write("# changed\n")
+    r = run(cmd, env=env, cwd=project)
+    assert r.rc == 0, r
+    path2, second = _entry_for(project, env)
+    assert path2 == path and os.stat(path).st_mtime_ns != made
+    assert second["code"] != first["code"] and "normalize.py" in second["code"]
+    assert open(count).read() == "x\nx\nx\n", "the command must run exactly once per exec"

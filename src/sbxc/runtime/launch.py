@@ -17,7 +17,7 @@ import os
 import sys
 
 from ..layout import PLAN_FORMAT
-from .errors import REFUSED, Refusal, one_line
+from .errors import REFUSED, PlanOutdated, Refusal, one_line
 from .spec import Context, RunState
 from .staleness import HostNow, why_stale
 
@@ -80,16 +80,17 @@ def build_env(rt: dict, environ, cache_env) -> dict:
     return env
 
 
-def load_plan(policy, plan, backend, network, now: HostNow, cwd: str, compile) -> dict:
+def load_plan(policy, plan, backend, network, now: HostNow, cwd: str, compile, later=None) -> dict:
     """The plan file for this run: ``plan`` (a --plan file, checked where it lies) or the
-    plan cache's for ``policy`` (compiled by ``compile`` on a miss)."""
+    plan cache's for ``policy`` (compiled by ``compile`` on a miss). ``later``: see
+    ``plancache.plan_for_policy``."""
     if plan is not None:
         from .planload import load_plan_file
 
         return load_plan_file(plan, backend, network, cwd)
     from . import plancache
 
-    return plancache.plan_for_policy(policy, backend, network, now, cwd, compile)
+    return plancache.plan_for_policy(policy, backend, network, now, cwd, compile, later)
 
 
 def run_exec(policy, plan, backend, network, cmd: list, environ, cwd: str, compile, state) -> int:
@@ -99,7 +100,8 @@ def run_exec(policy, plan, backend, network, cmd: list, environ, cwd: str, compi
     from .planstore import policy_watch
 
     now = HostNow(environ)
-    pf = load_plan(policy, plan, backend, network, now, cwd, compile)
+    later = []
+    pf = load_plan(policy, plan, backend, network, now, cwd, compile, later)
     # Policy files usually lie in the project, which the command may write: watch
     # them, so that a command that rewrote, planted or removed a policy (to loosen the
     # next run) is named after it ends and that policy refused until accepted. Watched:
@@ -108,8 +110,17 @@ def run_exec(policy, plan, backend, network, cmd: list, environ, cwd: str, compi
     # A plan from the plan cache was re-checked against the filesystem just now (or
     # compiled just now): only a --plan file still needs it.
     sources = pf.get("sources") if plan is None else ()
-    return launch(pf, cmd, environ, cwd, watch=lambda: policy_watch(sources, cwd),
-                  paths_checked=plan is None, state=state, now=now)
+    try:
+        return launch(pf, cmd, environ, cwd, watch=lambda: policy_watch(sources, cwd),
+                      paths_checked=plan is None, state=state, now=now, later=later)
+    except PlanOutdated:
+        # The cached plan was made by other compiler code (found by its last checks;
+        # nothing of the command ran): compiled anew, with every check made up front.
+        now = HostNow(environ)
+        pf = load_plan(policy, plan, backend, network, now, cwd, compile)
+        sources = pf.get("sources") if plan is None else ()
+        return launch(pf, cmd, environ, cwd, watch=lambda: policy_watch(sources, cwd),
+                      paths_checked=plan is None, state=state, now=now)
 
 
 POST_RUN_FIX = ("review the files that command could write (the next sbxc exec refuses the policy files among "
@@ -123,7 +134,7 @@ def after_start_line(what: str, state) -> str:
 
 
 def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool = False, state=None,
-           now=None, workspace=None) -> int:
+           now=None, workspace=None, later=()) -> int:
     """Run ``cmd`` under the loaded plan file ``pf``; 125 on any refusal. ``watch``: (policy
     file, state) pairs to check for changes once the command has ended (``policy_watch``).
     ``paths_checked``: the plan's paths were just re-checked (the plan cache does that
@@ -132,7 +143,9 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
     also be a callable returning those pairs: it is then called with the run's last
     checks, right before the command can start. ``now``: the
     run's ``staleness.HostNow`` (the facts the plan cache already read). ``workspace``: a
-    ``spec.Workspace`` when the run is a session's (``runtime/session_exec``)."""
+    ``spec.Workspace`` when the run is a session's (``runtime/session_exec``). ``later``:
+    checks of the plan itself deferred to the run's last checks (``plancache``); one may
+    raise ``PlanOutdated``, which goes on to the caller after the sandbox was ended."""
     state = state if state is not None else RunState()
     now = now if now is not None else HostNow(environ)
     try:
@@ -202,6 +215,8 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
                 # post-run checks remove it; whatever stops them (sbxc killed, its
                 # limits lowered by the command, a bug) leaves it, and later runs refuse
                 # what this one could write.
+                for check in later:
+                    check()  # first: a plan of other code would make every later step moot
                 from . import journal
                 from .owncode import check as check_own_code
 

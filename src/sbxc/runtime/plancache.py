@@ -17,7 +17,7 @@ from .. import discovery
 from ..layout import PACKAGE_DIR, VERSION
 from .planstore import open_plans_dir, read_entry, sha256_hex, write_entry
 
-ENTRY_VERSION = 2  # 2: entries are stored only after their sources passed the run journal
+ENTRY_VERSION = 3  # 2: entries are stored only after their sources passed the run journal; 3: "code"
 
 def policy_ref(policy, cwd: str) -> str:
     """The policy the compiler will load (``sbxc.discovery``, as the compiler asks it)."""
@@ -102,20 +102,26 @@ def userns_facts() -> str:
     return ",".join(parts)
 
 
-def plan_for_policy(policy, backend, network, now, cwd: str, compile) -> dict:
+def plan_for_policy(policy, backend, network, now, cwd: str, compile, later=None) -> dict:
     """The plan for ``policy`` (None: discovery) with the flags, from the cache or, on a
     miss, from ``compile(policy, backend, network, environ, cwd)``, which returns
     ``{"plan", "sources", "env"}`` or raises a Refusal. The runtime compiles nothing itself:
     the ``exec`` command hands the compiler in (see docs/architecture.md). ``now``: the
-    run's ``staleness.HostNow``."""
+    run's ``staleness.HostNow``.
+
+    The compiler's code (``compiler_stamp``) is not part of the key but of the entry: a
+    hit whose entry was made by other code is a miss. ``later``: None, or a list to which
+    that comparison is appended as a callable instead of being made here; it raises
+    ``PlanOutdated`` on a mismatch, and the run's last checks call it (on bwrap while
+    bwrap sets the sandbox up), so the ~50 stat calls cost no time on the hot path."""
     from .staleness import why_stale
     from .planstore import check_taints, ensure_reserve, policy_state
 
     environ = now.environ
     ref = policy_ref(policy, cwd)
     key_src = "\x00".join((
-        VERSION, ref, cwd, backend or "", network or "", str(os.getuid()),
-        environ.get("HOME", ""), now.bwrap[0], os.uname().machine, compiler_stamp(), userns_facts(),
+        VERSION, PACKAGE_DIR, ref, cwd, backend or "", network or "", str(os.getuid()),
+        environ.get("HOME", ""), now.bwrap[0], os.uname().machine, userns_facts(),
     ))
     name = "p-" + sha256_hex(key_src.encode("utf-8", "surrogateescape"))
     dir_fd = open_plans_dir()
@@ -129,9 +135,19 @@ def plan_for_policy(policy, backend, network, now, cwd: str, compile) -> dict:
             # The filesystem the plan was resolved against must still be as it was: a path
             # that changed makes a cached plan stale, so it is compiled again here rather
             # than refused by the same check before the run (which stays, for --plan).
-            if entry is not None and isinstance(entry.get("plan"), dict) and why_stale(
+            made_by = entry.get("code") if entry is not None else None
+            if entry is not None and isinstance(entry.get("plan"), dict) and (
+                    later is not None or made_by == compiler_stamp()) and why_stale(
                     entry["plan"], now, entry=entry) is None:
                 check_taints(dir_fd, entry.get("sources", ()))
+                if later is not None:
+                    def same_code():
+                        if made_by != compiler_stamp():
+                            from .errors import PlanOutdated
+
+                            raise PlanOutdated()
+
+                    later.append(same_code)
                 return entry["plan"]
         from . import journal_check
 
@@ -148,7 +164,9 @@ def plan_for_policy(policy, backend, network, now, cwd: str, compile) -> dict:
                 check_taints(dir_fd, here)
                 journal_check.check_sources(dir_fd, here)
 
-        entry = dict(compile(policy, backend, network, environ, cwd, gate if dir_fd >= 0 else None), v=ENTRY_VERSION)
+        code = compiler_stamp()  # before compiling: a change meanwhile makes the entry a miss next time
+        entry = dict(compile(policy, backend, network, environ, cwd, gate if dir_fd >= 0 else None), v=ENTRY_VERSION,
+                     code=code)
         if dir_fd >= 0:
             # The digests were just read by the compiler: what the plan is made of. A file
             # a sandboxed run could have written since its last acceptance (the journal)
