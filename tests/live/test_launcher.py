@@ -114,6 +114,7 @@ def test_cached_exec_through_launcher_imports_little(launcher, bwrap_works, proj
     tops = {m.split(".")[0] for m in loaded}
     for heavy in ("site", "sitecustomize", "re", "json", "yaml", "lark", "pyseccomp", "enum", "subprocess", "__future__"):
         assert heavy not in tops, (heavy, sorted(loaded))
+    assert "sbxc.commands._args" not in loaded, sorted(loaded)  # only exec's own options are built
     # Without host rules nothing of the proxy is loaded.
     assert not [m for m in loaded if m.startswith("sbxc.runtime.proxy") or m == "sbxc.hostnames"], sorted(loaded)
 
