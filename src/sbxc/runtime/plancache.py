@@ -109,11 +109,12 @@ def plan_for_policy(policy, backend, network, now, cwd: str, compile, later=None
     the ``exec`` command hands the compiler in (see docs/architecture.md). ``now``: the
     run's ``staleness.HostNow``.
 
-    The compiler's code (``compiler_stamp``) is not part of the key but of the entry: a
-    hit whose entry was made by other code is a miss. ``later``: None, or a list to which
-    that comparison is appended as a callable instead of being made here; it raises
-    ``PlanOutdated`` on a mismatch, and the run's last checks call it (on bwrap while
-    bwrap sets the sandbox up), so the ~50 stat calls cost no time on the hot path."""
+    The compiler's code (``compiler_stamp``) and the user-namespace facts (``userns_facts``)
+    are not part of the key but of the entry: a hit whose entry was made by other code, or
+    on a host whose namespaces have changed since, is a miss. ``later``: None, or a list to
+    which that comparison is appended as a callable instead of being made here; it raises
+    ``PlanOutdated`` on a mismatch, and the run's last checks call it (on bwrap while bwrap
+    sets the sandbox up), so its ~50 stat calls and /proc reads cost no time there."""
     from .staleness import why_stale
     from .planstore import check_taints, ensure_reserve, policy_state
 
@@ -121,7 +122,7 @@ def plan_for_policy(policy, backend, network, now, cwd: str, compile, later=None
     ref = policy_ref(policy, cwd)
     key_src = "\x00".join((
         VERSION, PACKAGE_DIR, ref, cwd, backend or "", network or "", str(os.getuid()),
-        environ.get("HOME", ""), now.bwrap[0], os.uname().machine, userns_facts(),
+        environ.get("HOME", ""), now.bwrap[0], os.uname().machine,
     ))
     name = "p-" + sha256_hex(key_src.encode("utf-8", "surrogateescape"))
     dir_fd = open_plans_dir()
@@ -135,19 +136,19 @@ def plan_for_policy(policy, backend, network, now, cwd: str, compile, later=None
             # The filesystem the plan was resolved against must still be as it was: a path
             # that changed makes a cached plan stale, so it is compiled again here rather
             # than refused by the same check before the run (which stays, for --plan).
-            made_by = entry.get("code") if entry is not None else None
+            made = (entry.get("code"), entry.get("userns")) if entry is not None else None
             if entry is not None and isinstance(entry.get("plan"), dict) and (
-                    later is not None or made_by == compiler_stamp()) and why_stale(
+                    later is not None or made == (compiler_stamp(), userns_facts())) and why_stale(
                     entry["plan"], now, entry=entry) is None:
                 check_taints(dir_fd, entry.get("sources", ()))
                 if later is not None:
-                    def same_code():
-                        if made_by != compiler_stamp():
+                    def same_code_and_host():
+                        if made != (compiler_stamp(), userns_facts()):
                             from .errors import PlanOutdated
 
                             raise PlanOutdated()
 
-                    later.append(same_code)
+                    later.append(same_code_and_host)
                 return entry["plan"]
         from . import journal_check
 
@@ -164,9 +165,10 @@ def plan_for_policy(policy, backend, network, now, cwd: str, compile, later=None
                 check_taints(dir_fd, here)
                 journal_check.check_sources(dir_fd, here)
 
-        code = compiler_stamp()  # before compiling: a change meanwhile makes the entry a miss next time
+        # Read before compiling: a change meanwhile makes the entry a miss next time.
+        code, userns = compiler_stamp(), userns_facts()
         entry = dict(compile(policy, backend, network, environ, cwd, gate if dir_fd >= 0 else None), v=ENTRY_VERSION,
-                     code=code)
+                     code=code, userns=userns)
         if dir_fd >= 0:
             # The digests were just read by the compiler: what the plan is made of. A file
             # a sandboxed run could have written since its last acceptance (the journal)
