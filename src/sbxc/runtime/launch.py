@@ -148,6 +148,14 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
     raise ``PlanOutdated``, which goes on to the caller after the sandbox was ended."""
     state = state if state is not None else RunState()
     now = now if now is not None else HostNow(environ)
+    pending = list(later)
+
+    def settle():
+        # The plan's deferred checks, now: before a refusal or a 127 that the plan itself
+        # may have caused (a plan of other code, or stale, is compiled again instead).
+        while pending:
+            pending.pop(0)()
+
     try:
         if not isinstance(pf, dict) or pf.get("format") != PLAN_FORMAT:
             raise Refusal("the plan file has an unknown format", "recompile it with this sbxc (sbxc compile -o PLAN)")
@@ -183,6 +191,7 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             from .probe import find_command
 
             if "/" not in cmd[0] and not find_command(cmd[0], env):
+                settle()  # the PATH came from the plan
                 sys.stderr.write(f"sbxc: {one_line(cmd[0], 200)}: command not found\n")
                 return 127
             from .planstore import plans_dir
@@ -215,8 +224,7 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
                 # post-run checks remove it; whatever stops them (sbxc killed, its
                 # limits lowered by the command, a bug) leaves it, and later runs refuse
                 # what this one could write.
-                for check in later:
-                    check()  # first: a plan of other code would make every later step moot
+                settle()  # first: a plan that no longer holds would make every later step moot
                 from . import journal
                 from .owncode import check as check_own_code
 
@@ -269,6 +277,7 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
     except Refusal as r:
         if state.started:
             raise  # exec_main words it: the command ran
+        settle()  # a refusal the plan caused, when it no longer holds: compiled again instead
         sys.stderr.write(r.line() + "\n")
         return REFUSED
 

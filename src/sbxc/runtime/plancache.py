@@ -114,7 +114,11 @@ def plan_for_policy(policy, backend, network, now, cwd: str, compile, later=None
     on a host whose namespaces have changed since, is a miss. ``later``: None, or a list to
     which that comparison is appended as a callable instead of being made here; it raises
     ``PlanOutdated`` on a mismatch, and the run's last checks call it (on bwrap while bwrap
-    sets the sandbox up), so its ~50 stat calls and /proc reads cost no time there."""
+    sets the sandbox up), so its ~50 stat calls and /proc reads cost no time there. With
+    ``later`` the whole question whether the entry still holds here (``why_stale``: its
+    policy files and environment, the host, the rules' paths) is deferred the same way:
+    nothing of the command runs before it was answered, and a plan that no longer holds is
+    compiled again (the caller starts the run anew)."""
     from .staleness import why_stale
     from .planstore import check_taints, ensure_reserve, policy_state
 
@@ -137,18 +141,27 @@ def plan_for_policy(policy, backend, network, now, cwd: str, compile, later=None
             # that changed makes a cached plan stale, so it is compiled again here rather
             # than refused by the same check before the run (which stays, for --plan).
             made = (entry.get("code"), entry.get("userns")) if entry is not None else None
-            if entry is not None and isinstance(entry.get("plan"), dict) and (
-                    later is not None or made == (compiler_stamp(), userns_facts())) and why_stale(
-                    entry["plan"], now, entry=entry) is None:
-                check_taints(dir_fd, entry.get("sources", ()))
-                if later is not None:
-                    def same_code_and_host():
-                        if made != (compiler_stamp(), userns_facts()):
+            if later is not None and entry is not None and isinstance(entry.get("plan"), dict):
+                plan = entry["plan"]
+                kept_fd = os.dup(dir_fd)
+
+                def still_holds():
+                    try:
+                        if made != (compiler_stamp(), userns_facts()) or why_stale(plan, now, entry=entry) is not None:
                             from .errors import PlanOutdated
 
                             raise PlanOutdated()
+                        # Only once the sources are known to be as the entry recorded them:
+                        # a taint on other contents would be taken for the caller's edit.
+                        check_taints(kept_fd, entry.get("sources", ()))
+                    finally:
+                        os.close(kept_fd)
 
-                    later.append(same_code_and_host)
+                later.append(still_holds)
+                return plan
+            if entry is not None and isinstance(entry.get("plan"), dict) and made == (
+                    compiler_stamp(), userns_facts()) and why_stale(entry["plan"], now, entry=entry) is None:
+                check_taints(dir_fd, entry.get("sources", ()))
                 return entry["plan"]
         from . import journal_check
 
