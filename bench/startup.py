@@ -108,6 +108,8 @@ def raw_bwrap(sbxc: str, project: str, work: str, env: dict, cmd: str, backend_f
                              network=rt["network"], cache=cache, plans_dir=planstore.plans_dir(),
                              warn=print, environ=env)
         ls = bwrap_run.prepare(pf, [cmd], cmd_env, ctx)
+        if ls.release is not None:
+            ls.release()  # raw bwrap gets its program up front, in the pipe, as a caller of bwrap would
         try:
             return spawn(ls.argv, ls.env, ls.pass_fds, cwd=project, wrap=wrap)
         finally:
