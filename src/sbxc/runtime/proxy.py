@@ -23,12 +23,13 @@ are made here first, so the address is known and connections queue in the backlo
 the child imports ``socket`` and starts up in parallel with the sandbox's own set-up.
 
 Imported on the ``exec`` path when host rules are in use: this module imports only
-builtins at import time (``os``, ``_socket``); the rest is loaded by ``start`` (thread
+builtins at import time (``os``, ``sys``, ``_socket``); the rest is loaded by ``start`` (thread
 mode) or in the child.
 """
 from __future__ import annotations
 
 import os
+import sys
 
 import _socket
 
@@ -73,11 +74,14 @@ class Proxy:
     ``getaddrinfo``."""
 
     def __init__(self, rules, *, unix_path: str | None = None, tcp_host: str | None = "127.0.0.1",
-                 tcp_port: int = 0, limits: Limits | None = None, resolver=None, mode: str = "process"):
+                 tcp_port: int = 0, limits: Limits | None = None, resolver=None, mode: str = "process",
+                 deferred: bool = False):
         from .proxy_match import Rules
 
-        if unix_path is None and tcp_host is None:
+        if unix_path is None and tcp_host is None and not deferred:
             raise ValueError("the proxy needs a Unix socket path or a TCP host")
+        if deferred and mode != "process":
+            raise ValueError("a proxy whose listener comes later runs as a process")
         if tcp_host is not None and not _loopback(tcp_host):
             raise ValueError(f"the proxy listens on loopback only, not {tcp_host!r}")
         if mode not in ("process", "thread"):
@@ -91,6 +95,7 @@ class Proxy:
         self._tcp = (tcp_host, tcp_port) if tcp_host is not None else None
         self._resolver = resolver
         self._mode = mode
+        self._deferred = deferred
         self._unix_ino = None
         self._pid = 0
         self._ctl = None
@@ -176,6 +181,14 @@ class Proxy:
             lst.close()
         self._pid = pid
         self._ctl = parent_end
+
+    def give_listener(self, lst) -> None:
+        """Hand the started proxy (``deferred=True``) the listening socket it serves: one
+        made elsewhere, e.g. inside a sandbox's network namespace (``proxy_netns``). The
+        caller keeps and closes its own descriptor. OSError when the proxy is gone."""
+        if self._ctl is None or not self._deferred:
+            raise OSError("the proxy does not wait for a listener")
+        self._ctl.sendmsg([b"L"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, lst.fileno().to_bytes(4, sys.byteorder))])
 
     def stop(self) -> None:
         """Stop serving, cut open connections, collect the refusals. Idempotent."""
@@ -321,6 +334,10 @@ def _child(ctl, listeners, proxy: Proxy, mask) -> int:
         if num is not None:
             _signal.signal(num, _signal.SIG_IGN if name in _CHILD_SIGNALS[:3] else _signal.SIG_DFL)
     _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
+    if proxy._deferred:
+        listeners = _receive_listener(ctl)
+        if listeners is None:
+            return 0  # the run ended (or failed) before the sandbox had its listener
     import _thread
 
     from .proxy_server import Server
@@ -348,6 +365,27 @@ def _child(ctl, listeners, proxy: Proxy, mask) -> int:
     except OSError:
         pass
     return 0
+
+
+def _receive_listener(ctl):
+    """The listening socket the parent sends (``give_listener``), as a list of one; None
+    at end of file. Only a listening TCP socket is served."""
+    try:
+        data, anc, _flags, _addr = ctl.recvmsg(1, _socket.CMSG_SPACE(4))
+    except OSError:
+        return None
+    fds = [int.from_bytes(payload[i:i + 4], sys.byteorder)
+           for level, kind, payload in anc if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS
+           for i in range(0, len(payload) - 3, 4)]
+    if data != b"L" or len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        return None
+    lst = _socket.socket(fileno=fds[0])
+    if lst.type != _socket.SOCK_STREAM or not lst.getsockopt(_socket.SOL_SOCKET, _socket.SO_ACCEPTCONN):
+        lst.close()
+        return None
+    return [lst]
 
 
 def _field(text: str) -> str:

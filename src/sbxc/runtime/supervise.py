@@ -316,6 +316,8 @@ def run(spec, network_off: bool, state=None, feedback=None) -> int:
         os.close(rep_r)
         if spawned and report and not report.startswith((b"exec:", b"refused:")):
             report = _spawn_report(report, spec.argv[0])
+        if pid and not report and spec.launched is not None:
+            spec.launched(pid)
 
         first = b""
         status = None
