@@ -254,20 +254,35 @@ class Proxy:
             ctl.close()
         end = time.monotonic() + _REPORT_TIMEOUT
         status = None
-        while status is None:
-            try:
-                pid, st = os.waitpid(self._pid, os.WNOHANG)
-            except ChildProcessError:
-                # Reaped by the caller's own wait for any child (a subreaper's loop): its
-                # status is lost; the report above decides.
-                pid, st = self._pid, 0
-            if pid:
-                status = st
-            elif time.monotonic() > end:
-                os.kill(self._pid, 9)
-                status = os.waitpid(self._pid, 0)[1]
-            else:
-                time.sleep(0.002)
+        # The child exits right after its report: a pidfd says when, with no polling delay.
+        try:
+            pidfd = os.pidfd_open(self._pid)
+        except OSError:
+            pidfd = -1
+        try:
+            while status is None:
+                try:
+                    pid, st = os.waitpid(self._pid, os.WNOHANG)
+                except ChildProcessError:
+                    # Reaped by the caller's own wait for any child (a subreaper's loop): its
+                    # status is lost; the report above decides.
+                    pid, st = self._pid, 0
+                if pid:
+                    status = st
+                elif time.monotonic() > end:
+                    os.kill(self._pid, 9)
+                    status = os.waitpid(self._pid, 0)[1]
+                elif pidfd >= 0:
+                    import select
+
+                    poller = select.poll()
+                    poller.register(pidfd, select.POLLIN)
+                    poller.poll(max(1, int((end - time.monotonic()) * 1000)))
+                else:
+                    time.sleep(0.002)
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
         self._pid = 0
         self._read_report(bytes(data))
         if os.waitstatus_to_exitcode(status) != 0 and self.failure is None:

@@ -87,7 +87,13 @@ class ProxyRun:
         """Stop the proxy and print one line per refused host (fixed text, sanitised names)."""
         self.stop()
         failure = self.failure
-        lines = [blocked_line(host, port, self.at, cwd, why) for host, port, why in self.refused if host]
+        found = [blocked(host, port, self.at, cwd, why) for host, port, why in self.refused if host]
+        lines = [blocked_text(*b) for b in found]
+        # --format json loaded it (a text run does not): the same refusals as data.
+        status = sys.modules.get(__package__ + ".runstatus")
+        if status is not None and status.current is not None:
+            for b in found:
+                status.current.note_blocked(*b)
         if failure:
             lines.append(f"sbxc: warning: the network proxy stopped serving during the run ({one_line(failure, 200)})")
         for line in lines[:_MAX_LINES]:
@@ -101,10 +107,11 @@ def _safe(text: str) -> str:
     return "".join(ch for ch in str(text) if ch.isascii() and (ch.isalnum() or ch in ".-_:[]*"))[:260]
 
 
-def blocked_line(host: str, port: int, at: str, cwd: str, reason: str = "") -> str:
-    """The feedback line for one refusal. ``host`` and ``port`` come from the proxy's own
-    parse, ``reason`` is the proxy's fixed text (with addresses it printed itself); both
-    are filtered again to name characters, so a command cannot shape the line."""
+def blocked(host: str, port: int, at: str, cwd: str, reason: str = "") -> tuple:
+    """One refusal as (host, port, rule to add, policy place, why). ``host`` and ``port``
+    come from the proxy's own parse, ``reason`` is the proxy's fixed text (with addresses
+    it printed itself); both are filtered again to name characters, so a command cannot
+    shape what is shown."""
     host = _safe(host)
     port = int(port)
     where = at
@@ -123,7 +130,16 @@ def blocked_line(host: str, port: int, at: str, cwd: str, reason: str = "") -> s
                 addr = head.rpartition("(")[2].rstrip(")")
                 why = f"it resolves only to the non-public address {_safe(addr)}, which no rule in {where} names"
             break
+    return host, port, rule, where, why
+
+
+def blocked_text(host: str, port: int, rule: str, _where: str, why: str) -> str:
     return f"sbxc: blocked {host}:{port} ({why}); allow it with \"{rule}\""
+
+
+def blocked_line(host: str, port: int, at: str, cwd: str, reason: str = "") -> str:
+    """The feedback line for one refusal (``blocked``, worded)."""
+    return blocked_text(*blocked(host, port, at, cwd, reason))
 
 
 def start_proxy(rt: dict, backend: str, env: dict) -> ProxyRun:

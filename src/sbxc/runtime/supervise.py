@@ -396,6 +396,9 @@ def run(spec, network_off: bool, state=None, feedback=None) -> int:
             lines = feedback(rc, scan)
             if lines:
                 _write_all(2, lines.encode("utf-8", "replace"))
+                note = getattr(sys.stderr, "sbxc_note", None)
+                if note is not None:
+                    note(lines)  # --format json: the run status keeps sbxc's own lines
         return rc
     finally:
         if old_wakeup is not None:
