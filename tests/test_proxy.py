@@ -482,7 +482,40 @@ def test_too_many_connections(echo):
     assert "too many connections (limit 2)" in reasons
 
 
-def test_idle_timeout_cuts_a_silent_tunnel_not_a_busy_one(echo):
+@pytest.mark.parametrize("way", ["splice-threads", "poll"])
+def test_tunnel_carries_every_byte_both_ways_and_half_closes(echo, way, monkeypatch):
+    """Each way of relaying a CONNECT tunnel: 8 MB out and back intact, then the client's
+    half-close reaches the server, whose close ends the tunnel."""
+    from sbxc.runtime import proxy_relay
+
+    monkeypatch.setattr(proxy_relay, "TUNNEL", way)
+    p = start([("127.0.0.1", (echo.port,))])
+    try:
+        s, head = connect(p, f"127.0.0.1:{echo.port}")
+        assert head.startswith(b"HTTP/1.1 200")
+        payload = os.urandom(8 << 20)
+        got = bytearray()
+
+        def read():
+            while chunk := s.recv(1 << 20):
+                got.extend(chunk)
+
+        t = threading.Thread(target=read)
+        t.start()
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)  # the echo server sees EOF, closes; the tunnel ends
+        t.join(30)
+        assert not t.is_alive() and bytes(got) == payload
+        s.close()
+    finally:
+        p.stop()
+
+
+@pytest.mark.parametrize("way", ["splice-threads", "poll"])
+def test_idle_timeout_cuts_a_silent_tunnel_not_a_busy_one(echo, way, monkeypatch):
+    from sbxc.runtime import proxy_relay
+
+    monkeypatch.setattr(proxy_relay, "TUNNEL", way)
     p = start([("127.0.0.1", (echo.port,))], limits=Limits(idle_timeout=0.8))
     try:
         busy, head = connect(p, f"127.0.0.1:{echo.port}")

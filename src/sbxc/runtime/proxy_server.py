@@ -21,7 +21,7 @@ import time
 
 from . import proxy_match as match
 from . import proxy_proto as proto
-from .proxy_relay import relay
+from .proxy_relay import relay, tunnel
 
 MAX_REFUSALS = 256
 """Distinct refusals kept for the report; further distinct ones are only counted."""
@@ -312,7 +312,7 @@ class Server:
             conn.sendall(proto.CONNECT_OK)
             if early:
                 upstream.sendall(early)
-            relay(conn, upstream, self.limits.idle_timeout)
+            tunnel(conn, upstream, self.limits.idle_timeout)
         else:
             body = early[:req.body_length]
             upstream.sendall(req.forward_head + body)
@@ -361,7 +361,7 @@ class Server:
         early = reader.rest()
         if early:
             upstream.sendall(early)
-        relay(conn, upstream, self.limits.idle_timeout)
+        tunnel(conn, upstream, self.limits.idle_timeout)
         return upstream
 
     # --- the decision and the connection -------------------------------------------
