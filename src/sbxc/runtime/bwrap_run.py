@@ -285,14 +285,17 @@ def _kill_sandbox(bwrap_pid: int, child) -> None:
                 fd = os.pidfd_open(pid)
             except OSError:
                 continue
-            fds.append(fd)
             if pid == child:
                 try:
                     with open(f"/proc/{pid}/stat", "rb") as f:
-                        if int(f.read().rpartition(b")")[2].split()[1]) != bwrap_pid:
-                            continue
+                        mine = int(f.read().rpartition(b")")[2].split()[1]) == bwrap_pid
                 except (OSError, ValueError, IndexError):
+                    mine = False
+                if not mine:
+                    # Gone (bwrap's death signal kills it too): not another process.
+                    os.close(fd)
                     continue
+            fds.append(fd)
             try:
                 signal.pidfd_send_signal(fd, signal.SIGKILL)
             except OSError:

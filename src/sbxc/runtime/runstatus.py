@@ -7,10 +7,10 @@ the command's stderr is relayed to the descriptor directly and never passes here
 proxy of a run with host rules reports each refused host as data (``blocked``). After the
 run the object goes to the status descriptor:
 
-    {"sbxc_status": 1, "ran": true, "exit_status": 0, "refusal": null,
-     "blocked": [{"host": "example.com", "port": 443, "rule": "allow example.com",
-                  "policy": "sandbox.policy.yaml:5", "reason": "not allowed by sandbox.policy.yaml:5"}],
-     "warnings": ["sbxc: warning: ..."], "hints": ["sbxc: hint: ..."]}
+    {"blocked": [{"host": "example.com", "policy": "sandbox.policy.yaml:5", "port": 443,
+                  "reason": "not allowed by sandbox.policy.yaml:5", "rule": "allow example.com"}],
+     "exit_status": 0, "format": "sbxc-exec-status/1", "hints": [], "ran": true,
+     "refusal": null, "warnings": ["sbxc: warning: ..."]}
 
 Which channel: ``--status-fd N`` (default 2). On stderr the object follows everything
 sbxc and the command wrote, and the command can write a look-alike there: a harness that
@@ -101,7 +101,7 @@ class Recorder:
         # 125 with sbxc's own line: refused before the command ran; 126/127 with one: the
         # command could not be started. Any other status is the command's.
         refusal = errors[-1] if errors and rc in (125, 126, 127) else None
-        return {"sbxc_status": 1, "ran": bool(self.state.started) and refusal is None, "exit_status": rc,
+        return {"format": "sbxc-exec-status/1", "ran": bool(self.state.started) and refusal is None, "exit_status": rc,
                 "refusal": refusal, "blocked": self.blocked, "warnings": warnings, "hints": hints}
 
     def finish(self, rc: int) -> None:
@@ -112,7 +112,7 @@ class Recorder:
             self.lines.append(tee._part)
         import json
 
-        data = (json.dumps(self.status(rc), ensure_ascii=True) + "\n").encode("ascii")
+        data = (json.dumps(self.status(rc), ensure_ascii=True, sort_keys=True) + "\n").encode("ascii")
         try:
             sys.stderr.flush()
         except (OSError, ValueError):
