@@ -23,7 +23,7 @@ PROBE = r"""
 import os, sys, urllib.request
 fd = int(sys.argv[1])
 try:
-    os.write(fd, b'{"sbxc_status": 1, "ran": false, "exit_status": 99}\n')
+    os.write(fd, b'{"exit_status": 99, "format": "sbxc-exec-status/1", "ran": false}\n')
     print("STATUS FD WRITABLE")
 except OSError as e:
     print("STATUS FD CLOSED", e.errno)
@@ -71,6 +71,7 @@ def test_status_on_its_own_descriptor_names_the_refused_host(bwrap_works, projec
     lines = data.decode().splitlines()
     assert len(lines) == 1, data
     status = json.loads(lines[0])
+    assert status["format"] == "sbxc-exec-status/1", status
     assert status["ran"] is True and status["exit_status"] == 3 and status["refusal"] is None, status
     assert status["blocked"] == [{"host": "pkgs.example.invalid", "port": 80, "rule": "allow pkgs.example.invalid",
                                   "policy": "sandbox.policy.yaml:5",
@@ -78,7 +79,7 @@ def test_status_on_its_own_descriptor_names_the_refused_host(bwrap_works, projec
     # The person still gets the line on stderr, and no JSON there.
     assert ('sbxc: blocked pkgs.example.invalid:80 (not allowed by sandbox.policy.yaml:5); '
             'allow it with "allow pkgs.example.invalid"') in r.err.splitlines(), r
-    assert "sbxc_status" not in r.err, r
+    assert "sbxc-exec-status/1" not in r.err, r
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -87,7 +88,7 @@ def test_text_mode_is_unchanged_and_json_defaults_to_stderr(bwrap_works, project
     cmd = [sys.executable, "-I", "probe.py", "2"]
     text = _exec(project, home, "--policy", policy, cmd=cmd)
     # Only the probe's own look-alike (written to its fd 2), no status of sbxc's.
-    assert text.rc == 3 and text.err.count("sbxc_status") == 1 and "sbxc_status" not in text.out, text
+    assert text.rc == 3 and text.err.count("sbxc-exec-status/1") == 1 and "sbxc-exec-status/1" not in text.out, text
     blocked = [ln for ln in text.err.splitlines() if ln.startswith("sbxc: blocked ")]
     assert len(blocked) == 1, text
     r = _exec(project, home, "--policy", policy, "--format", "json", cmd=cmd)
@@ -95,7 +96,7 @@ def test_text_mode_is_unchanged_and_json_defaults_to_stderr(bwrap_works, project
     lines = r.err.splitlines()
     # On stderr the command can write a look-alike (the probe did, through fd 2); sbxc's
     # object is the last line, after everything else.
-    assert any(ln.startswith('{"sbxc_status": 1, "ran": false, "exit_status": 99}') for ln in lines[:-1]), r
+    assert any(ln.startswith('{"exit_status": 99, "format": "sbxc-exec-status/1"') for ln in lines[:-1]), r
     status = json.loads(lines[-1])
     assert status["ran"] is True and status["exit_status"] == 3, status
     assert [b["host"] for b in status["blocked"]] == ["pkgs.example.invalid"], status
@@ -109,7 +110,7 @@ def test_status_of_a_refused_run(bwrap_works, project, home, backend):
     marker = os.path.join(project, "ran")
     r = _exec(project, home, "--policy", policy, "--plan", policy, "--format", "json", cmd=["touch", marker])
     # --policy with --plan is a usage error (125) before the format is known: no status.
-    assert r.rc == 125 and "sbxc_status" not in r.err, r
+    assert r.rc == 125 and "sbxc-exec-status/1" not in r.err, r
     with open(os.path.join(project, "bad.plan"), "w") as f:
         f.write("{}")
     r = _exec(project, home, "--plan", "bad.plan", "--format", "json", cmd=["touch", marker])

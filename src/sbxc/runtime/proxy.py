@@ -1,8 +1,9 @@
 """The filtering proxy that enforces host rules (``allow HOST[:PORT]``, SPEC §2 and §5).
 
-It runs outside the sandbox for the life of one run and listens on a Unix socket (bwrap
-binds it into the sandbox) and/or a loopback TCP port (Landlock lets the command connect
-to that port only). It speaks HTTP CONNECT, absolute-URI HTTP forwarding and SOCKS5, and
+It runs outside the sandbox for the life of one run and listens on a loopback TCP port
+(Landlock lets the command connect to that port only), on a socket handed to it later
+(``deferred``: bwrap's, made inside the sandbox's network namespace, ``proxy_netns``),
+and/or on a Unix socket. It speaks HTTP CONNECT, absolute-URI HTTP forwarding and SOCKS5, and
 connects only where a rule allows, to an address it resolved and checked itself.
 
     proxy = Proxy([("example.org", None, "policy.yaml:9:5: allow example.org")],
