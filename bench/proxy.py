@@ -191,8 +191,12 @@ def exec_startup(runs: int, compare: str | None = None) -> None:
         for _ in range(runs):
             for k, (argv, env) in cases.items():
                 t = time.perf_counter()
-                subprocess.run(argv, cwd=d, env=env, check=True, stderr=subprocess.DEVNULL)
+                r = subprocess.run(argv, cwd=d, env=env, stderr=subprocess.PIPE)
                 times[k].append((time.perf_counter() - t) * 1000)
+                if r.returncode != 0:
+                    # Kept in the timing (a failed run is a run), and shown: it is a bug.
+                    print(f"  run failed ({' / '.join(k)}): status {r.returncode}: "
+                          f"{r.stderr.decode(errors='replace').strip()[-300:]}")
     print(f"exec start-up, `sbxc exec -- true`, cached plan, {runs} runs each (ms: median, min)")
     for tree, src in trees.items():
         if compare:
