@@ -3,7 +3,8 @@ processes started as the launcher starts them (``-I -S``, the launcher's ``sys.p
 
     .venv/bin/python bench/phases.py [--runs 40] [--backend bwrap|landlock] [--cmd /bin/true]
 
-Each run is a new interpreter that imports the hot path in two steps (timed), then runs
+Each run is a new interpreter that runs the launcher's own start (its ``sys.path`` and
+its loader of the hot-path bundle), imports the hot path in two steps (timed), then runs
 ``exec_entry`` with the main steps wrapped in timers (each wrapper adds ~1 µs). Prints the
 median of every phase over the runs, in µs; a phase that runs twice in a run counts twice.
 The project is made under /var/tmp with the policy bench/exec.py uses, in a private
@@ -24,7 +25,7 @@ import startup  # noqa: E402
 CHILD = r'''
 import sys, time
 T0 = time.perf_counter_ns()
-sys.path += PATHS
+PRELUDE
 import os
 marks = []
 def wrap(mod, name):
@@ -59,13 +60,15 @@ ex.exec_entry(sys.argv[2:])  # sys.argv: -c, "exec", ...
 '''
 
 
-def launcher_paths(sbxc: str) -> list:
-    """The sys.path entries the launcher adds (its ``sys.path += [...]`` line)."""
+def launcher_prelude(sbxc: str) -> str:
+    """What the launcher runs before ``from sbxc.cli import main``: its ``sys.path`` line
+    and, when it has one, its loader of the hot-path bundle (scripts/write-launcher)."""
     with open(sbxc) as f:
-        for line in f:
-            if line.startswith("sys.path += "):
-                return ast.literal_eval(line[len("sys.path += "):])
-    sys.exit(f"{sbxc}: no sys.path line; is it the launcher scripts/setup writes?")
+        text = f.read()
+    head, sep, _ = text.partition("from sbxc.cli import main\n")
+    if not sep or "sys.path += " not in head:
+        sys.exit(f"{sbxc}: no sys.path line; is it the launcher scripts/setup writes?")
+    return "\n".join(ln for ln in head.splitlines() if not ln.startswith("#!"))
 
 
 def main() -> int:
@@ -78,7 +81,7 @@ def main() -> int:
     sbxc = startup.installed_command(args.sbxc)
     python = os.path.join(os.path.dirname(sbxc), "python3")
     runner = "bwrap_run" if args.backend == "bwrap" else "landlock_run"
-    code = CHILD.replace("PATHS", repr(launcher_paths(sbxc))).replace("RUNNER", runner)
+    code = CHILD.replace("PRELUDE", launcher_prelude(sbxc)).replace("RUNNER", runner)
     work, project = startup.make_project()
     root = tempfile.mkdtemp(prefix="sbxc-bench-root-", dir="/var/tmp")
     try:

@@ -164,3 +164,23 @@ def test_yaml_stays_off_the_exec_path():
             "bad = [m for m in ('yaml', 'json', 're', 'lark', 'pyseccomp') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_mask_of_a_missing_path_without_read_root_exports(case_root):
+    """A policy with no ``read /`` and a mask of a missing path whose parents no rule names:
+    the export reports the mask and exits 0, rather than failing with a traceback."""
+    code, out, err, _ = _export("sbpl_narrow", case_root)
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert _walk_docs(out)[0]["kind"] == "Pod"
+    assert "mask /var/tmp/sbxc-1000: partial: the path is missing on this host" in err
+
+
+def test_no_read_root_says_the_image_stays_readable(case_root):
+    """Without ``read /`` the bundle's root is empty; a Pod's root is its image, readable
+    where no rule names it. That is wider than the policy, so the report must say so."""
+    code, _out, err, _ = _export("sbpl_narrow", case_root)
+    assert code == 0, err
+    assert "paths no rule names: partial: a Pod always has its image as the root" in err
+    code, _out, err, _ = _export("basic", case_root)
+    assert code == 0 and "paths no rule names" not in err

@@ -108,8 +108,10 @@ def test_launch_refuses_sandbox_exec_on_linux(capsys):
 
 
 def test_hint_is_a_constant_line():
-    assert supervise.NETWORK_HINT.endswith("\n") and supervise.NETWORK_HINT.count("\n") == 1
-    assert all(p == p.lower() for p in supervise.NETWORK_PATTERNS)
+    from sbxc.runtime import hint
+
+    assert hint.NETWORK_HINT.endswith("\n") and hint.NETWORK_HINT.count("\n") == 1
+    assert all(p == p.lower() for p in hint.NETWORK_PATTERNS)
 
 
 def test_exec_hot_path_imports():

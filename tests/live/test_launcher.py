@@ -112,8 +112,9 @@ def test_cached_exec_through_launcher_imports_little(launcher, bwrap_works, proj
     loaded = {ln.split("|")[-1].strip() for ln in r.err.splitlines() if ln.startswith("import time:")}
     assert "sbxc.runtime.launch" in loaded, r.err[-2000:]  # the timing lines are there to read
     tops = {m.split(".")[0] for m in loaded}
-    for heavy in ("site", "sitecustomize", "re", "json", "yaml", "lark", "pyseccomp", "enum", "subprocess"):
+    for heavy in ("site", "sitecustomize", "re", "json", "yaml", "lark", "pyseccomp", "enum", "subprocess", "__future__"):
         assert heavy not in tops, (heavy, sorted(loaded))
+    assert "sbxc.commands._args" not in loaded, sorted(loaded)  # only exec's own options are built
     # Without host rules nothing of the proxy is loaded.
     assert not [m for m in loaded if m.startswith("sbxc.runtime.proxy") or m == "sbxc.hostnames"], sorted(loaded)
 
@@ -151,3 +152,75 @@ def test_python_variables_cannot_choose_sbxc_code(launcher, tmp_path, home):
     # Control: the interpreter run without -I takes the planted package.
     c = run([PYTHON, "-m", "sbxc", "--version"], env=env, cwd=str(tmp_path))
     assert marker.exists(), c
+
+
+def _write_launcher_module():
+    """scripts/write-launcher as a module (it has no .py suffix)."""
+    from importlib.machinery import SourceFileLoader
+    from importlib.util import module_from_spec, spec_from_loader
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "scripts", "write-launcher")
+    spec = spec_from_loader("write_launcher", SourceFileLoader("write_launcher", path))
+    mod = module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+
+
+def _loaders(launcher_path: str, python: str, modules=("sbxc", "sbxc.cli", "sbxc.layout")) -> dict:
+    """Run the launcher's own text (as `sbxc --version`) in a fresh -IS interpreter, then
+    name the loader each of ``modules`` came through and the version it printed."""
+    code = ("import sys\n"
+            f"L = {launcher_path!r}\n"
+            "sys.argv = ['sbxc', '--version']\n"
+            "src = open(L).read()\n"
+            "try:\n    exec(compile(src, L, 'exec'), {'__name__': '__main__'})\nexcept SystemExit:\n    pass\n"
+            f"for m in {list(modules)!r}:\n"
+            "    print(m, type(sys.modules[m].__spec__.loader).__name__ if not isinstance(sys.modules[m].__spec__.loader, type) "
+            "else sys.modules[m].__spec__.loader.__name__)\n")
+    r = subprocess.run([python, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    return {"version": lines[0], **dict(ln.split(" ", 1) for ln in lines[1:])}
+
+
+def test_installed_launcher_loads_sbxc_from_the_bundle(launcher):
+    """The set-up's launcher takes sbxc's start-up modules from the hot-path bundle."""
+    got = _loaders(launcher, interpreter_line(launcher)[0])
+    assert got["sbxc.cli"] == "HotPath" and got["sbxc"] == "HotPath", got
+
+
+def test_bundle_never_serves_code_older_than_its_source(tmp_path):
+    """A module edited after the bundle was written is imported from its source, the
+    others still from the bundle; a bundle of another interpreter is not used at all."""
+    wl = _write_launcher_module()
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__import__("sbxc").__file__)))
+    import shutil
+
+    shutil.copytree(os.path.join(src, "sbxc"), tmp_path / "sbxc", ignore=shutil.ignore_patterns("__pycache__"))
+    pkg = str(tmp_path / "sbxc")
+    bundle = wl.write_bundle(pkg)
+    launcher_path = str(tmp_path / "sbxc-launcher")
+    with open(launcher_path, "w") as f:
+        f.write(wl.launcher_text(sys.executable, [str(tmp_path)], bundle))
+    python = sys.executable
+    before = _loaders(launcher_path, python)
+    assert before["sbxc.layout"] == "HotPath" and before["sbxc.cli"] == "HotPath", before
+    # Control: the same file with a different version line, size kept and mtime moved, is seen.
+    layout = tmp_path / "sbxc" / "layout.py"
+    text = layout.read_text()
+    old = before["version"].split()[-1]
+    new = "9" * len(old) if len(old) > 0 else "9"
+    layout.write_text(text.replace(f'"{old}"', f'"{new}"', 1))
+    st = os.stat(layout)
+    os.utime(layout, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    after = _loaders(launcher_path, python)
+    assert after["version"] == f"sbxc {new}", after
+    assert after["sbxc.layout"] == "SourceFileLoader" and after["sbxc.cli"] == "HotPath", after
+    # Another interpreter's bundle (its magic number differs): nothing comes from it.
+    with open(bundle, "r+b") as f:
+        f.write(b"\0\0\0\0")
+    other = _loaders(launcher_path, python)
+    assert other["sbxc.cli"] == "SourceFileLoader" and other["version"] == f"sbxc {new}", other

@@ -350,3 +350,92 @@ def test_bundles_are_out_of_the_commands_reach(runc, sbxc):
         assert found, "the run's bundle was not in the plans folder"
     finally:
         p.wait(timeout=30)
+
+
+def _plans_dir() -> str:
+    return os.path.join(os.environ.get("SBXC_ROOT") or f"/var/tmp/sbxc-{os.getuid()}", "plans")
+
+
+def _mask_source(mountinfo: str, path: str) -> str:
+    """The root (the path within its filesystem) of the mount at ``path`` in a mountinfo."""
+    for line in mountinfo.splitlines():
+        f = line.split()
+        if len(f) > 4 and f[4] == path:
+            return f[3]
+    return ""
+
+
+def test_masked_files_bind_the_shared_empty_file_only_when_it_is_empty(runc, sbxc):
+    """Masked files are bound from one empty file kept in the plans folder. A file there that
+    is not empty (or not a regular file of this user's) is not used: the run makes its own
+    empty file, and the mask still reads as empty."""
+    netrc = os.path.join(sbxc.home, ".netrc")
+    with open(netrc, "w") as f:
+        f.write("machine h login u password NETRC-SECRET\n")
+    probe = f"cat {netrc}; echo; grep ' {netrc} ' /proc/self/mountinfo"
+    r = sbxc(None, "/bin/sh", "-c", probe, args=OCI)
+    assert r.rc == 0 and "NETRC-SECRET" not in r.out, r
+    shared = os.path.join(_plans_dir(), "oci-empty")
+    assert _mask_source(r.out, netrc).endswith("/plans/oci-empty"), r
+    assert os.path.getsize(shared) == 0
+    # Someone (not a sandbox: none reaches the plans folder) put text in it.
+    os.unlink(shared)
+    with open(shared, "w") as f:
+        f.write("PLANTED\n")
+    try:
+        r = sbxc(None, "/bin/sh", "-c", probe, args=OCI)
+        assert r.rc == 0, r
+        assert "PLANTED" not in r.out and "NETRC-SECRET" not in r.out, r
+        src = _mask_source(r.out, netrc)
+        assert "/sbxc-run-" in src and src.endswith("/sbxc-empty"), r
+        # Control: the planted text is there on the host, where the shared file would show it.
+        assert open(shared).read() == "PLANTED\n"
+    finally:
+        os.unlink(shared)
+
+
+def test_runs_leave_no_bundle_and_keep_the_shared_rootfs_empty(runc, sbxc, tmp_path):
+    """A policy without ``read /``: runc makes its mount points in the rootfs on disk, so the
+    run gets a rootfs of its own (removed with its bundle), and the shared one stays empty;
+    with ``read /`` first the shared rootfs is used and runc makes nothing in it."""
+    import glob
+
+    # Only /usr and /etc: merged-/usr links (/bin, /lib64) are not there, so the shell is
+    # started through the dynamic loader, with the library folder named.
+    loader = os.path.realpath((glob.glob("/usr/lib64/ld-linux*.so.*") + glob.glob("/usr/lib/*/ld-linux*.so.*"))[0])
+    libdir = os.path.dirname(glob.glob("/usr/lib/*-linux-gnu/libc.so.6")[0])
+    policy = "sbxc: 1\nfilesystem:\n  - read /usr /etc\n  - write {project}\n"
+    r = sbxc(policy, loader, "--library-path", libdir, "/usr/bin/sh", "-c", "echo /*; echo DONE", args=OCI)
+    assert r.rc == 0 and "DONE" in r.out, r
+    seen = r.out.split()
+    unnamed = [p for p in ("/opt", "/srv", "/boot", "/mnt", "/media", "/sbin") if os.path.lexists(p)]
+    assert unnamed and "/usr" in seen and not set(unnamed) & set(seen), r  # only what the plan binds
+    plans = _plans_dir()
+    shared = os.path.join(plans, "oci-rootfs")
+    assert not os.path.exists(shared) or os.listdir(shared) == []
+    assert [n for n in os.listdir(plans) if n.startswith("sbxc-run-")] == []
+    r = sbxc("sbxc: 1\nextends: [builtin:default]\n", "/bin/true", args=OCI)
+    assert r.rc == 0, r
+    assert os.path.isdir(shared) and os.listdir(shared) == []
+    assert [n for n in os.listdir(plans) if n.startswith("sbxc-run-")] == []
+
+
+def test_shared_parts_refuse_what_they_did_not_make(tmp_path):
+    """``_shared_parts``: a link, a file of the wrong kind or a non-empty empty file means
+    the per-run parts; a root that no mount covers is never shared."""
+    from sbxc.runtime.oci_run import _shared_parts
+
+    d = str(tmp_path)
+    assert _shared_parts(d, True) == (f"{d}/oci-rootfs", f"{d}/oci-empty")
+    assert _shared_parts(d, False) == ("", f"{d}/oci-empty")
+    os.rmdir(f"{d}/oci-rootfs")
+    os.makedirs(f"{d}/elsewhere")
+    os.symlink(f"{d}/elsewhere", f"{d}/oci-rootfs")
+    assert _shared_parts(d, True) is None
+    assert _shared_parts(d, False) == ("", f"{d}/oci-empty")
+    os.unlink(f"{d}/oci-empty")
+    os.symlink("/etc/hostname", f"{d}/oci-empty")
+    assert _shared_parts(d, False) is None
+    os.unlink(f"{d}/oci-empty")
+    os.mkdir(f"{d}/oci-empty")
+    assert _shared_parts(d, False) is None

@@ -13,7 +13,7 @@ import os
 import sys
 
 from ..runtime.errors import REFUSED, Refusal
-from . import _args
+from . import _grammar as _args  # exec needs only the grammar and its own entry (no other table)
 
 HelpAsked = _args.HelpAsked
 

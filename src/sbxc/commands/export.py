@@ -77,7 +77,7 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
     for rule in plan.fs:
         subj = _subject(rule, plan)
         p = rule.path
-        parent = next((by_path[q] for q in _parents(p) if q in by_path), BUILTIN_SPAN)
+        parent = next((by_path[q] for q in _parents(p) if q in by_path), None)
         if any(is_within(p, own) for own in ("/proc", "/dev")):
             status = ENFORCED if rule.access == MASK else NARROWED
             verdicts.append(verdict(TARGET, subj, status, rule.span,
@@ -136,6 +136,13 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
         verdicts.append(verdict(TARGET, f"{s.access}? {s.path}", SKIPPED, s.span, s.reason))
 
     span0 = plan.fs[0].span if plan.fs else BUILTIN_SPAN
+    if not any(r.path == "/" and r.access in (READ, WRITE) for r in plan.fs):
+        # On this host what no rule names is not there at all (an empty root); a Pod's root
+        # is always its image, and readOnlyRootFilesystem keeps it readable. The export cannot
+        # hide the rest of the image without knowing it, so it says so.
+        verdicts.append(verdict(TARGET, "paths no rule names", PARTIAL, span0,
+                                "a Pod always has its image as the root: what the policy does not name is readable "
+                                "(read-only) wherever the image has it, where this host's sandbox shows nothing"))
     profile = None
     try:
         profile = oci.seccomp_json(plan, host.arch)

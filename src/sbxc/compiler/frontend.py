@@ -6,9 +6,11 @@ but the caller (or root) could have written it or any symlink on the way to it.
 from __future__ import annotations
 
 import functools
+import os
 import re
-from importlib import resources
 from typing import Optional
+
+from ..layout import PACKAGE_DIR, builtin_policy_path
 
 from .diagnostics import Diagnostic, diag
 from .plan import Span
@@ -18,10 +20,13 @@ from .yamltree import MAX_BYTES, YMap, YSeq, decode_source, load_yaml
 
 # ---------------------------------------------------------------- reading files
 
+# The package's own files are read by path (``layout.PACKAGE_DIR``), not through
+# ``importlib.resources``: that asks the module's loader, and the launcher's loader of the
+# hot-path bundle (scripts/write-launcher) has no resource reader.
+
 def builtin_names() -> list[str]:
     try:
-        return sorted(p.name[:-5] for p in resources.files("sbxc").joinpath("policies").iterdir()
-                      if p.name.endswith(".yaml"))
+        return sorted(n[:-5] for n in os.listdir(os.path.join(PACKAGE_DIR, "policies")) if n.endswith(".yaml"))
     except OSError:
         return []
 
@@ -30,8 +35,9 @@ def read_builtin(name: str) -> Optional[bytes]:
     if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", name):
         return None
     try:
-        return resources.files("sbxc").joinpath(f"policies/{name}.yaml").read_bytes()
-    except (OSError, FileNotFoundError):
+        with open(builtin_policy_path(name), "rb") as f:
+            return f.read()
+    except OSError:
         return None
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from importlib import resources
 from typing import Optional
 
 from .diagnostics import Diagnostic, diag, suggest
@@ -87,7 +86,10 @@ NET_PROTOS = ("tcp",)
 def rule_parser():
     import lark
 
-    grammar = resources.files("sbxc").joinpath("grammar/policy.lark").read_text(encoding="utf-8")
+    from ..layout import PACKAGE_DIR
+
+    with open(f"{PACKAGE_DIR}/grammar/policy.lark", encoding="utf-8") as f:  # by path: see frontend.builtin_names
+        grammar = f.read()
     return lark.Lark(grammar, parser="lalr", start=["fsrule", "netrule"], propagate_positions=True)
 
 

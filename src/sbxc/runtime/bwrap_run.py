@@ -30,6 +30,7 @@ from .spec import LaunchSpec
 from .staleness import HostNow
 _FIONREAD = 0x541B  # asm-generic/ioctls.h; the same on x86_64 and aarch64
 _PIPE_MAX = 65536  # the default pipe buffer: the whole program must fit before bwrap reads
+_PIPE_ATOMIC = 4096  # PIPE_BUF: a write of at most this many bytes to a pipe is never split
 
 
 def _unread(fd: int) -> int:
@@ -108,6 +109,14 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
 
     fds: list[int] = []
     cleanups = []
+    # The seccomp pipe's write end while the program is not written yet, and whether it
+    # was: bwrap sets the sandbox up, then reads the program to end of file, and only then
+    # execs the command. An end of file with nothing written (sbxc gone before release)
+    # makes it fail: the kernel refuses an empty filter (EINVAL), so the command never
+    # runs. A program of at most PIPE_BUF bytes is written by one atomic write: never a
+    # part of it, which could be a shorter valid filter.
+    gate = [-1]
+    released = [False]
 
     def close_all():
         for fd in fds:
@@ -115,6 +124,9 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
                 os.close(fd)
             except OSError:
                 pass
+        if gate[0] >= 0:
+            os.close(gate[0])
+            gate[0] = -1
 
     cleanups.append(close_all)
     wanted = opts.count(EMPTY_FD)
@@ -138,10 +150,14 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
                 opts[i] = str(fd)
         r, w = os.pipe()
         fds.append(r)
-        try:
-            os.write(w, bpf)  # fits the pipe buffer (checked above): never blocks
-        finally:
-            os.close(w)  # bwrap reads to end of file
+        if len(bpf) <= _PIPE_ATOMIC:
+            # The gate (see release below): written once the run's last checks passed.
+            gate[0] = w
+        else:
+            try:
+                os.write(w, bpf)  # fits the pipe buffer (checked above): never blocks
+            finally:
+                os.close(w)  # bwrap reads to end of file
         # bwrap's status channel (see the module docstring): {"child-pid": N} right after
         # the clone (N leads the session and process group the command runs in, where
         # signals should go), {"exit-code": N} once the command ran and ended.
@@ -193,8 +209,26 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         pid = reported(b"child-pid")
         return pid if pid and pid > 1 else None  # not written yet: the caller signals bwrap itself
 
+    def release(go: bool = True) -> bool:
+        """``go``: let the command start, writing the seccomp program; False when bwrap
+        is already gone (it failed while setting up; its status and message tell why).
+        Not ``go``: close the pipe with nothing written, so bwrap ends on its own once it
+        reads the program (an empty filter is refused) and the command never starts."""
+        fd, gate[0] = gate[0], -1
+        if fd < 0:
+            return False
+        try:
+            if go:
+                os.write(fd, bpf)
+        except BrokenPipeError:
+            return False
+        finally:
+            os.close(fd)
+        released[0] = go
+        return go
+
     def started() -> bool:
-        return _unread(seccomp_fd) == 0
+        return (gate[0] < 0 and (released[0] or release_fn is None)) and _unread(seccomp_fd) == 0
 
     def ran() -> bool:
         return reported(b"exit-code") is not None
@@ -230,7 +264,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
             return refused[0]
         if status == 0 or status > 128 or ran():
             return None  # the command ran (its status), or bwrap was killed (passed through)
-        if _unread(seccomp_fd) == 0:
+        if started():
             return None  # bwrap's last steps or execvp failed: command_status decides, with the text
         cause, fix = bwrap_failure(early)
         return Refusal(cause, fix)
@@ -253,9 +287,10 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         from .bwrap_scope import child_setup
 
         setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))
+    release_fn = release if gate[0] >= 0 else None
     # The pass_fds exclude the read end of the status pipe: only bwrap's write end goes over.
     return LaunchSpec(argv, env, pass_fds=[fd for fd in fds if fd != info_r], exec_is_command=False,
-                      child_setup=setup,
+                      child_setup=setup, release=release_fn,
                       started=started, setup_failed=setup_failed, command_status=command_status,
                       cleanups=cleanups, own_pgrp=True, signal_target=signal_target,
                       launched=launched if block is not None else None)

@@ -19,6 +19,11 @@ class Refusal(Exception):
         return refusal_line(self.cause, self.fix)
 
 
+class PlanOutdated(Exception):
+    """A check made after the runner prepared the run found the cached plan made by other
+    compiler code: nothing of the command ran; the caller compiles again and runs anew."""
+
+
 def refusal_line(cause: str, fix: str) -> str:
     return f"sbxc: {one_line(cause)}; {one_line(fix)}"
 

@@ -10,8 +10,6 @@ policy wrote it, its ``file:line:col``).
 Hot path: only ``bytes`` methods, per line of stderr; no ``re``. The rules are looked at
 only after a failed run whose stderr held a permission or read-only error.
 """
-from __future__ import annotations
-
 # Lower-case bytes, matched case-insensitively on each line of stderr.
 NETWORK_PATTERNS = (
     b"could not resolve",  # curl, git: "Could not resolve host"; ssh: "... hostname"

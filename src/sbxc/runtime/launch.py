@@ -17,7 +17,7 @@ import os
 import sys
 
 from ..layout import PLAN_FORMAT
-from .errors import REFUSED, Refusal, one_line
+from .errors import REFUSED, PlanOutdated, Refusal, one_line
 from .spec import Context, RunState
 from .staleness import HostNow, why_stale
 
@@ -80,16 +80,17 @@ def build_env(rt: dict, environ, cache_env) -> dict:
     return env
 
 
-def load_plan(policy, plan, backend, network, now: HostNow, cwd: str, compile) -> dict:
+def load_plan(policy, plan, backend, network, now: HostNow, cwd: str, compile, later=None) -> dict:
     """The plan file for this run: ``plan`` (a --plan file, checked where it lies) or the
-    plan cache's for ``policy`` (compiled by ``compile`` on a miss)."""
+    plan cache's for ``policy`` (compiled by ``compile`` on a miss). ``later``: see
+    ``plancache.plan_for_policy``."""
     if plan is not None:
         from .planload import load_plan_file
 
         return load_plan_file(plan, backend, network, cwd)
     from . import plancache
 
-    return plancache.plan_for_policy(policy, backend, network, now, cwd, compile)
+    return plancache.plan_for_policy(policy, backend, network, now, cwd, compile, later)
 
 
 def run_exec(policy, plan, backend, network, cmd: list, environ, cwd: str, compile, state) -> int:
@@ -99,7 +100,8 @@ def run_exec(policy, plan, backend, network, cmd: list, environ, cwd: str, compi
     from .planstore import policy_watch
 
     now = HostNow(environ)
-    pf = load_plan(policy, plan, backend, network, now, cwd, compile)
+    later = []
+    pf = load_plan(policy, plan, backend, network, now, cwd, compile, later)
     # Policy files usually lie in the project, which the command may write: watch
     # them, so that a command that rewrote, planted or removed a policy (to loosen the
     # next run) is named after it ends and that policy refused until accepted. Watched:
@@ -107,8 +109,18 @@ def run_exec(policy, plan, backend, network, cmd: list, environ, cwd: str, compi
     # from here up (also for --plan: its command may plant one for a later run).
     # A plan from the plan cache was re-checked against the filesystem just now (or
     # compiled just now): only a --plan file still needs it.
-    return launch(pf, cmd, environ, cwd, watch=policy_watch(pf.get("sources") if plan is None else (), cwd),
-                  paths_checked=plan is None, state=state, now=now)
+    sources = pf.get("sources") if plan is None else ()
+    try:
+        return launch(pf, cmd, environ, cwd, watch=lambda: policy_watch(sources, cwd),
+                      paths_checked=plan is None, state=state, now=now, later=later)
+    except PlanOutdated:
+        # The cached plan was made by other compiler code (found by its last checks;
+        # nothing of the command ran): compiled anew, with every check made up front.
+        now = HostNow(environ)
+        pf = load_plan(policy, plan, backend, network, now, cwd, compile)
+        sources = pf.get("sources") if plan is None else ()
+        return launch(pf, cmd, environ, cwd, watch=lambda: policy_watch(sources, cwd),
+                      paths_checked=plan is None, state=state, now=now)
 
 
 POST_RUN_FIX = ("review the files that command could write (the next sbxc exec refuses the policy files among "
@@ -122,16 +134,28 @@ def after_start_line(what: str, state) -> str:
 
 
 def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool = False, state=None,
-           now=None, workspace=None) -> int:
+           now=None, workspace=None, later=()) -> int:
     """Run ``cmd`` under the loaded plan file ``pf``; 125 on any refusal. ``watch``: (policy
     file, state) pairs to check for changes once the command has ended (``policy_watch``).
     ``paths_checked``: the plan's paths were just re-checked (the plan cache does that
     before serving a plan), so the check is not done twice on the hot path. ``state``: a
-    ``RunState`` that learns when the command was started and its status. ``now``: the
+    ``RunState`` that learns when the command was started and its status. ``watch`` may
+    also be a callable returning those pairs: it is then called with the run's last
+    checks, right before the command can start. ``now``: the
     run's ``staleness.HostNow`` (the facts the plan cache already read). ``workspace``: a
-    ``spec.Workspace`` when the run is a session's (``runtime/session_exec``)."""
+    ``spec.Workspace`` when the run is a session's (``runtime/session_exec``). ``later``:
+    checks of the plan itself deferred to the run's last checks (``plancache``); one may
+    raise ``PlanOutdated``, which goes on to the caller after the sandbox was ended."""
     state = state if state is not None else RunState()
     now = now if now is not None else HostNow(environ)
+    pending = list(later)
+
+    def settle():
+        # The plan's deferred checks, now: before a refusal or a 127 that the plan itself
+        # may have caused (a plan of other code, or stale, is compiled again instead).
+        while pending:
+            pending.pop(0)()
+
     try:
         if not isinstance(pf, dict) or pf.get("format") != PLAN_FORMAT:
             raise Refusal("the plan file has an unknown format", "recompile it with this sbxc (sbxc compile -o PLAN)")
@@ -163,27 +187,16 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
 
         cache = prepare_cache(rt.get("cache") or {}, project=rt.get("project", ""))
         try:
-            from .owncode import check as check_own_code
-
-            check_own_code(rt.get("checks", ()), cache.dir)
-            if cache.warning:
-                sys.stderr.write(cache.warning + "\n")
             env = build_env(rt, environ, cache.env)
             from .probe import find_command
 
             if "/" not in cmd[0] and not find_command(cmd[0], env):
+                settle()  # the PATH came from the plan
                 sys.stderr.write(f"sbxc: {one_line(cmd[0], 200)}: command not found\n")
                 return 127
-            from . import journal
             from .planstore import plans_dir
             from .supervise import run
 
-            # Before anything of the command can run: a record, in the plans folder, that a
-            # run which can write these folders is in progress. Only the completed post-run
-            # checks remove it; whatever stops them (sbxc killed, its limits lowered by the
-            # command, a bug) leaves it, and later runs refuse what this one could write.
-            record = journal.begin(journal.writable_roots(pf, cache.real_dir) + (
-                [workspace.path] if workspace is not None else []))
             proxy = None
             try:
                 if "proxy" in rt and backend != "oci":  # host rules: only then is the proxy imported (runc: network off)
@@ -198,8 +211,31 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             except BaseException:
                 if proxy is not None:
                     proxy.finish(cwd)
-                journal.abandon(record)
                 raise
+            record = [None]
+            watched = [watch]
+
+            def last_checks():
+                # Called by the core before anything of the command can run; on bwrap
+                # while bwrap sets the sandbox up (the command waits for the release,
+                # see spec.LaunchSpec). First: the code sbxc runs from must be out of
+                # the command's reach. Then a record, in the plans folder, that a run
+                # which can write these folders is in progress. Only the completed
+                # post-run checks remove it; whatever stops them (sbxc killed, its
+                # limits lowered by the command, a bug) leaves it, and later runs refuse
+                # what this one could write.
+                settle()  # first: a plan that no longer holds would make every later step moot
+                from . import journal
+                from .owncode import check as check_own_code
+
+                check_own_code(rt.get("checks", ()), cache.dir)
+                if cache.warning:
+                    sys.stderr.write(cache.warning + "\n")
+                if callable(watch):
+                    watched[0] = watch()  # the policy files as they are before the command
+                roots = journal.writable_roots(pf, cache.real_dir) + ([workspace.path] if workspace is not None else [])
+                record[0] = journal.begin(roots)
+
             # The hint is for a network that is off: `network: false`, or per-port rules
             # on bwrap and OCI (narrowed to no network). Under Landlock the listed ports stay open.
             net_off = ctx.network == "off" or (ctx.network == "rules" and backend in ("bwrap", "oci")) or (
@@ -214,7 +250,13 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             gc.enable()
             feedback = Feedback(net_off, backend == "landlock", rt.get("checks"), lambda: show_warnings(pf, cwd))
             try:
-                status = run(spec, net_off, state, feedback)
+                status = run(spec, net_off, state, feedback, before_release=last_checks)
+            except BaseException:
+                if record[0] is not None and not state.started:
+                    from . import journal
+
+                    journal.abandon(record[0])  # the child was ended before the release
+                raise
             finally:
                 if proxy is not None:
                     proxy.finish(cwd)  # the refused hosts, one line each, after the command's output
@@ -226,13 +268,16 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             end = time.time_ns()
             # Only now: every process of the sandbox is gone (a later write would escape the
             # comparison). Keep this after any post-exit clean-up of the sandbox's processes.
-            after_run(watch, record, status, end)
+            if record[0] is None:
+                return status  # the last checks never ran (bwrap could not be started): nothing of the command did
+            after_run(watched[0], record[0], status, end)
             return status
         finally:
             cache.cleanup()
     except Refusal as r:
         if state.started:
             raise  # exec_main words it: the command ran
+        settle()  # a refusal the plan caused, when it no longer holds: compiled again instead
         sys.stderr.write(r.line() + "\n")
         return REFUSED
 

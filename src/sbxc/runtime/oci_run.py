@@ -2,9 +2,11 @@
 ``sbxc.runtime.spec``).
 
 ``prepare`` makes a per-run bundle (``rundirs``: locked while the run lasts, reaped when a
-killed run left it): ``config.json`` with the run's command, environment and folder,
-an empty ``rootfs`` (the plan binds the host's folders read-only into it: no image), the
-empty file masked files are bound from, and runc's state folder. runc is taken from the
+killed run left it): ``config.json`` with the run's command, environment and folder, and
+runc's state (the bundle is runc's ``--root``). The empty ``rootfs`` (the plan binds the
+host's folders read-only into it: no image) and the empty file masked files are bound
+from are kept in the plans folder for every run (``_shared_parts``), or made in the
+bundle when they cannot be shared. runc is taken from the
 system program folders only (``probe.host_program``), never from a folder a sandboxed
 command could write.
 
@@ -34,6 +36,11 @@ _RUNC_FIX = "install runc (apt install runc), or use --backend bwrap"
 
 
 def _string(s: str) -> str:
+    # Nearly every string of a config (paths, syscall names, options) is printable and has
+    # no quote or backslash: JSON takes it as it is. A printable character never needs an
+    # escape, and a lone surrogate is not printable, so it still meets the check below.
+    if s.isprintable() and '"' not in s and "\\" not in s:
+        return '"' + s + '"'
     out = ['"']
     for ch in s:
         o = ord(ch)
@@ -138,7 +145,7 @@ def signal_masks(pid: int) -> tuple[int, int]:
     return caught, ignored
 
 
-def _config(planfile: dict, cmd: list, env: dict, ctx) -> dict:
+def _config(planfile: dict, cmd: list, env: dict, ctx, shared=None) -> dict:
     low = planfile.get("lowered") or {}
     config = low.get("config")
     if not isinstance(config, dict) or not isinstance(config.get("process"), dict):
@@ -150,6 +157,8 @@ def _config(planfile: dict, cmd: list, env: dict, ctx) -> dict:
         m["destination"] = relocate(m["destination"])
         if m.get("type") == "bind" and m.get("source", "").startswith("/"):
             m["source"] = relocate(m["source"])
+        elif shared is not None and m.get("type") == "bind" and m.get("source") == EMPTY_FILE:
+            m["source"] = shared[1]
         mounts.append(m)
     linux = dict(config.get("linux") or {})
     readonly = [relocate(p) for p in linux.get("readonlyPaths") or ()]
@@ -166,7 +175,55 @@ def _config(planfile: dict, cmd: list, env: dict, ctx) -> dict:
     process["cwd"] = ctx.cwd
     out = dict(config)
     out.update(process=process, mounts=mounts, linux=linux)
+    if shared is not None and shared[0]:
+        out["root"] = dict(config.get("root") or {}, path=shared[0])
     return out
+
+
+EMPTY_FILE = "sbxc-empty"  # the bundle's name for it (backends.oci.EMPTY_FILE; not imported: the compiler side)
+SHARED_ROOTFS = "oci-rootfs"
+SHARED_EMPTY = "oci-empty"
+
+
+def _shared_parts(plans: str, root_covered: bool):
+    """(rootfs or "", empty file) kept in the plans folder for every run, or None.
+
+    The empty file is what masked files are bound from: it must be an empty regular file of
+    this user's. The shared rootfs is used only when the config's first mount binds a
+    folder onto the container's "/": runc then makes no mount point in the rootfs folder
+    itself (every later mount point is inside that bind), so the folder stays as it is and
+    what it holds is never seen. Without that mount runc creates the mount points in the
+    rootfs on disk, and a shared folder would show one run's mount points to every other:
+    the run gets its own, as before. The plans folder is out of every sandbox's reach, as
+    for the bundle, so nothing a command does can change either between the check here and
+    runc's use of them. Anything unexpected means the per-run parts (None)."""
+    import stat
+
+    uid = os.geteuid()
+    empty = plans + "/" + SHARED_EMPTY
+    rootfs = plans + "/" + SHARED_ROOTFS
+    try:
+        try:
+            st = os.lstat(empty)
+        except FileNotFoundError:
+            tmp = f"{empty}.{os.getpid()}"
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444))
+            os.replace(tmp, empty)  # two runs at once: either file is right
+            st = os.lstat(empty)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != 0 or st.st_uid != uid:
+            return None
+        if not root_covered:
+            return "", empty
+        try:
+            os.mkdir(rootfs, 0o755)
+        except FileExistsError:
+            pass
+        st = os.lstat(rootfs)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+            return None
+    except OSError:
+        return None
+    return rootfs, empty
 
 
 def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
@@ -189,9 +246,6 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         raise Refusal(f"the current folder {cwd} is not in the sandbox (policy: {access})",
                       "run sbxc from a folder the policy shows, e.g. the project")
 
-    config = _config(planfile, cmd, env, ctx)
-    text = dumps(config)
-
     # The bundle: in the plans folder, which no sandbox may write (every OCI and bwrap run
     # gets an empty folder over it, Landlock refuses a policy that grants it), so no other
     # run's command can rewrite this run's config.json before runc reads it; else /tmp
@@ -200,8 +254,17 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     try:
         bundle, lock_fd = make_run_dir(base)
     except (PermissionError, FileNotFoundError):
-        bundle, lock_fd = make_run_dir("/tmp")
-    from .trees import remove_path
+        base = "/tmp"
+        bundle, lock_fd = make_run_dir(base)
+    # The parts that are the same for every run (the empty rootfs, the empty file masks
+    # bind) stay in the plans folder, so a run writes only its config.json: every folder
+    # made and removed costs a journal update on disk. Never in /tmp, which others write.
+    first = ((planfile.get("lowered") or {}).get("config") or {}).get("mounts") or [{}]
+    shared = _shared_parts(base, first[0].get("destination") == "/" and first[0].get("type") == "bind") \
+        if base == ctx.plans_dir else None
+    own = [] if shared is not None and shared[0] else ["rootfs"]
+    if shared is None:
+        own.append(EMPTY_FILE)
 
     fds: list[int] = []
 
@@ -211,16 +274,34 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
                 os.close(fd)
             except OSError:
                 pass
-        remove_path(bundle)
+        # What the run made, by name; runc removed its own state (the folder named by the
+        # container id) when it ended. Anything else left (runc killed, mount points made
+        # in a per-run rootfs): the whole tree, never following a link.
+        try:
+            for name in ["config.json", "pid"] + [n for n in own if n == EMPTY_FILE]:
+                try:
+                    os.unlink(bundle + "/" + name)
+                except FileNotFoundError:
+                    pass
+            if "rootfs" in own:
+                os.rmdir(bundle + "/rootfs")
+            os.rmdir(bundle)
+        except OSError:
+            from .trees import remove_path
+
+            remove_path(bundle)
         try:
             os.close(lock_fd)
         except OSError:
             pass
 
     try:
-        os.mkdir(bundle + "/rootfs", 0o755)
-        os.mkdir(bundle + "/state", 0o700)
-        os.close(os.open(bundle + "/sbxc-empty", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444))
+        config = _config(planfile, cmd, env, ctx, shared)
+        text = dumps(config)
+        if "rootfs" in own:
+            os.mkdir(bundle + "/rootfs", 0o755)
+        if EMPTY_FILE in own:
+            os.close(os.open(bundle + "/" + EMPTY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444))
         fd = os.open(bundle + "/config.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         with open(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -235,7 +316,9 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         raise
 
     pid_file = bundle + "/pid"
-    argv = [found, "--root", bundle + "/state", "--log", f"/proc/self/fd/{log_w}", "--log-format", "text"]
+    # runc's state root is the bundle itself: runc makes a folder named by the container id
+    # there and removes it when the run ends, so no state folder of sbxc's is needed.
+    argv = [found, "--root", bundle, "--log", f"/proc/self/fd/{log_w}", "--log-format", "text"]
     if not ctx.is_root:
         argv += ["--rootless", "true"]
     argv += ["run", "--bundle", bundle, "--pid-file", pid_file, "sbxc-" + bundle.rsplit("-", 1)[-1]]

@@ -17,7 +17,7 @@ from .. import discovery
 from ..layout import PACKAGE_DIR, VERSION
 from .planstore import open_plans_dir, read_entry, sha256_hex, write_entry
 
-ENTRY_VERSION = 2  # 2: entries are stored only after their sources passed the run journal
+ENTRY_VERSION = 3  # 2: entries are stored only after their sources passed the run journal; 3: "code"
 
 def policy_ref(policy, cwd: str) -> str:
     """The policy the compiler will load (``sbxc.discovery``, as the compiler asks it)."""
@@ -102,20 +102,31 @@ def userns_facts() -> str:
     return ",".join(parts)
 
 
-def plan_for_policy(policy, backend, network, now, cwd: str, compile) -> dict:
+def plan_for_policy(policy, backend, network, now, cwd: str, compile, later=None) -> dict:
     """The plan for ``policy`` (None: discovery) with the flags, from the cache or, on a
     miss, from ``compile(policy, backend, network, environ, cwd)``, which returns
     ``{"plan", "sources", "env"}`` or raises a Refusal. The runtime compiles nothing itself:
     the ``exec`` command hands the compiler in (see docs/architecture.md). ``now``: the
-    run's ``staleness.HostNow``."""
+    run's ``staleness.HostNow``.
+
+    The compiler's code (``compiler_stamp``) and the user-namespace facts (``userns_facts``)
+    are not part of the key but of the entry: a hit whose entry was made by other code, or
+    on a host whose namespaces have changed since, is a miss. ``later``: None, or a list to
+    which that comparison is appended as a callable instead of being made here; it raises
+    ``PlanOutdated`` on a mismatch, and the run's last checks call it (on bwrap while bwrap
+    sets the sandbox up), so its ~50 stat calls and /proc reads cost no time there. With
+    ``later`` the whole question whether the entry still holds here (``why_stale``: its
+    policy files and environment, the host, the rules' paths) is deferred the same way:
+    nothing of the command runs before it was answered, and a plan that no longer holds is
+    compiled again (the caller starts the run anew)."""
     from .staleness import why_stale
     from .planstore import check_taints, ensure_reserve, policy_state
 
     environ = now.environ
     ref = policy_ref(policy, cwd)
     key_src = "\x00".join((
-        VERSION, ref, cwd, backend or "", network or "", str(os.getuid()),
-        environ.get("HOME", ""), now.bwrap[0], os.uname().machine, compiler_stamp(), userns_facts(),
+        VERSION, PACKAGE_DIR, ref, cwd, backend or "", network or "", str(os.getuid()),
+        environ.get("HOME", ""), now.bwrap[0], os.uname().machine,
     ))
     name = "p-" + sha256_hex(key_src.encode("utf-8", "surrogateescape"))
     dir_fd = open_plans_dir()
@@ -129,8 +140,27 @@ def plan_for_policy(policy, backend, network, now, cwd: str, compile) -> dict:
             # The filesystem the plan was resolved against must still be as it was: a path
             # that changed makes a cached plan stale, so it is compiled again here rather
             # than refused by the same check before the run (which stays, for --plan).
-            if entry is not None and isinstance(entry.get("plan"), dict) and why_stale(
-                    entry["plan"], now, entry=entry) is None:
+            made = (entry.get("code"), entry.get("userns")) if entry is not None else None
+            if later is not None and entry is not None and isinstance(entry.get("plan"), dict):
+                plan = entry["plan"]
+                kept_fd = os.dup(dir_fd)
+
+                def still_holds():
+                    try:
+                        if made != (compiler_stamp(), userns_facts()) or why_stale(plan, now, entry=entry) is not None:
+                            from .errors import PlanOutdated
+
+                            raise PlanOutdated()
+                        # Only once the sources are known to be as the entry recorded them:
+                        # a taint on other contents would be taken for the caller's edit.
+                        check_taints(kept_fd, entry.get("sources", ()))
+                    finally:
+                        os.close(kept_fd)
+
+                later.append(still_holds)
+                return plan
+            if entry is not None and isinstance(entry.get("plan"), dict) and made == (
+                    compiler_stamp(), userns_facts()) and why_stale(entry["plan"], now, entry=entry) is None:
                 check_taints(dir_fd, entry.get("sources", ()))
                 return entry["plan"]
         from . import journal_check
@@ -148,7 +178,10 @@ def plan_for_policy(policy, backend, network, now, cwd: str, compile) -> dict:
                 check_taints(dir_fd, here)
                 journal_check.check_sources(dir_fd, here)
 
-        entry = dict(compile(policy, backend, network, environ, cwd, gate if dir_fd >= 0 else None), v=ENTRY_VERSION)
+        # Read before compiling: a change meanwhile makes the entry a miss next time.
+        code, userns = compiler_stamp(), userns_facts()
+        entry = dict(compile(policy, backend, network, environ, cwd, gate if dir_fd >= 0 else None), v=ENTRY_VERSION,
+                     code=code, userns=userns)
         if dir_fd >= 0:
             # The digests were just read by the compiler: what the plan is made of. A file
             # a sandboxed run could have written since its last acceptance (the journal)

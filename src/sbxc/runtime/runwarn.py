@@ -11,8 +11,6 @@ never.
 
 Hot path: nothing is opened when there is nothing to say.
 """
-from __future__ import annotations
-
 import os
 import sys
 

@@ -48,9 +48,16 @@ It must not start any process; the core (``sbxc.runtime.launch``) forks once and
 - ``launched``: ``None`` or ``(pid) -> None``, called once ``argv`` was exec'd (``pid``:
   the child's), before its stderr is relayed: bwrap waits on ``--block-fd`` until the
   runner has put the proxy's listener into its network namespace. It never raises; a
-  failure it met is for ``setup_failed`` to report.
+  failure it met is for ``setup_failed`` to report. Called before ``release``.
 - ``deliver``: ``None`` or ``(signum, child_pid) -> None``, which then forwards each
   signal itself (OCI: the command is pid 1 of its PID namespace, see ``oci_run``).
+- ``release``: ``None`` or a callable that lets the started child go on to the command,
+  returning False when the child is already gone; ``release(False)`` makes it end
+  without the command instead. With it, the core starts the child
+  first and makes the run's last checks (``supervise.run``'s ``before_release``) while the
+  child sets the sandbox up; after a failed check the child ends without reaching the
+  command (bwrap: the seccomp program, which bwrap reads to end of file before the
+  command, is written only by ``release``).
 
 ``Context`` carries ``project``, ``cwd``, ``uid``, ``is_root``, ``network`` (``on``/``off``/
 ``rules``, after flags), ``cache`` (the cachedir ``CacheSetup`` or None), ``plans_dir``
@@ -67,11 +74,12 @@ docs/runtime.md has the same protocol as a table.
 class LaunchSpec:
     __slots__ = ("argv", "env", "pass_fds", "child_setup", "exec_is_command", "started",
                  "setup_failed", "command_status", "cleanups", "own_pgrp", "signal_target", "after_exit",
-                 "deliver", "launched")
+                 "deliver", "release", "launched")
 
     def __init__(self, argv, env, pass_fds=(), child_setup=None, exec_is_command=False,
                  started=None, setup_failed=None, command_status=None, cleanups=None,
-                 own_pgrp=False, signal_target=None, after_exit=None, deliver=None, launched=None):
+                 own_pgrp=False, signal_target=None, after_exit=None, deliver=None, release=None,
+                 launched=None):
         self.argv = list(argv)
         self.env = env
         self.pass_fds = tuple(pass_fds)
@@ -85,6 +93,7 @@ class LaunchSpec:
         self.signal_target = signal_target
         self.after_exit = after_exit
         self.deliver = deliver
+        self.release = release
         self.launched = launched
 
 

@@ -12,7 +12,6 @@ import os
 import sys
 
 from .errors import REFUSED, Refusal, one_line
-from .hint import NETWORK_HINT, NETWORK_PATTERNS, StderrScan  # noqa: F401 (NETWORK_*: their old home)
 
 # Signals passed on to the sandbox process; the rest keep their default action.
 # SIGWINCH too: the command has no controlling terminal under bwrap (new session), so a
@@ -236,18 +235,27 @@ def _relay_chunks(pid: int, err_r: int, wake_r: int):
                 return
 
 
-def run(spec, network_off: bool, state=None, feedback=None) -> int:
+def run(spec, network_off: bool, state=None, feedback=None, before_release=None) -> int:
     """Fork, exec ``spec.argv``, relay stderr, wait, clean up. ``state`` (a ``RunState``)
     learns that the command's process was started. ``feedback``: None, or a callable
     ``(rc, scan) -> str`` called once the command ran (``scan``: its stderr's
     ``hint.StderrScan``, None when stderr was not read), giving the lines to print
-    (``hint.Feedback``).
+    (``hint.Feedback``). ``before_release``: None, or the run's last checks, called once
+    before the command can start; with a ``spec.release`` that is after the child was
+    started, while it sets the sandbox up (a check that raises kills the child, which
+    never reached the command, and the exception goes on to the caller).
 
     stderr is always read by sbxc: through a pipe, or, when sbxc's stderr is a terminal,
     through a pseudo-terminal of sbxc's (``ttyrelay``), so the command still writes to a
     terminal. Where no pseudo-terminal can be had, the command gets the terminal itself."""
     import _signal
 
+    if spec.release is None and before_release is not None:
+        try:
+            before_release()
+        except BaseException:
+            _cleanups(spec)
+            raise
     interpose = True
     relay = None
     if os.isatty(2):
@@ -302,7 +310,7 @@ def run(spec, network_off: bool, state=None, feedback=None) -> int:
             if pid == 0:
                 _child(spec, err_w, rep_w)  # never returns
         child[0] = pid
-        if state is not None:
+        if state is not None and spec.release is None:
             state.started = True  # from here on, no message may say the command did not run
         os.close(rep_w)
         if err_w >= 0:
@@ -318,6 +326,21 @@ def run(spec, network_off: bool, state=None, feedback=None) -> int:
             report = _spawn_report(report, spec.argv[0])
         if pid and not report and spec.launched is not None:
             spec.launched(pid)
+        if spec.release is not None and pid and not report:
+            try:
+                if before_release is not None:
+                    before_release()
+            except BaseException:
+                _end_unreleased(pid, spec)
+                child[0] = 0
+                if interpose:
+                    master[0] = -1
+                    os.close(err_r)
+                raise
+            if state is not None:
+                state.started = True  # set before the release: no later message may deny the run
+            if not spec.release() and state is not None:
+                state.started = False  # the child was gone: it never read the program
 
         first = b""
         status = None
@@ -332,6 +355,8 @@ def run(spec, network_off: bool, state=None, feedback=None) -> int:
             held = []
             started = spec.started is None
             if feedback is not None:
+                from .hint import StderrScan  # after the release: while the sandbox starts the command
+
                 scan = StderrScan(network_off, getattr(feedback, "landlock", False))
             for chunk in _relay_chunks(pid, err_r, wake_r):
                 if isinstance(chunk, int):
@@ -412,11 +437,45 @@ def run(spec, network_off: bool, state=None, feedback=None) -> int:
                 spec.after_exit()
             except Exception as e:
                 sys.stderr.write(f"sbxc: warning: ending the command's processes failed: {one_line(str(e))}\n")
-        for fn in reversed(spec.cleanups):
+        _cleanups(spec)
+
+
+def _cleanups(spec) -> None:
+    for fn in reversed(spec.cleanups):
+        try:
+            fn()
+        except Exception as e:  # a failed cleanup is reported, never hidden
+            sys.stderr.write(f"sbxc: warning: cleanup failed: {one_line(str(e))}\n")
+
+
+def _end_unreleased(pid: int, spec) -> None:
+    """End a child that was never released (its command cannot have started) and reap it.
+    Not by a signal at once: bwrap killed half-way through its set-up can leave its
+    sandbox child waiting forever for a parent that is gone. The child is refused the
+    release instead (``spec.release(False)``) and ends by itself; SIGKILL only after 5 s."""
+    import _signal
+    import time
+
+    spec.release(False)
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done:
+            return
+        if time.monotonic() > deadline:
             try:
-                fn()
-            except Exception as e:  # a failed cleanup is reported, never hidden
-                sys.stderr.write(f"sbxc: warning: cleanup failed: {one_line(str(e))}\n")
+                os.kill(pid, _signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+            return
+        time.sleep(0.001)
 
 
 def _spawn(spec, err_w: int, rep_r: int, rep_w: int) -> int:

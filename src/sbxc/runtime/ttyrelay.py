@@ -17,8 +17,6 @@ reads.
 Only imported when stderr is a terminal: ``termios`` and ``fcntl`` are not on the hot
 path of a run whose stderr is a pipe or a file.
 """
-from __future__ import annotations
-
 import os
 
 
