@@ -167,9 +167,9 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         if net == "hosts":
             # bwrap waits on it before it execs the command, until the proxy's listener
             # is in the sandbox (``launched``). The write end stays with sbxc alone.
-            block = os.pipe()
+            block = list(os.pipe())
             fds.append(block[0])
-            cleanups.append(lambda: _close_quietly(block[1]))
+            cleanups.append(lambda: _close_block(block))
     except OSError as e:
         close_all()
         raise Refusal(f"could not prepare bwrap's descriptors ({e.strerror})", "check the open-files limit (ulimit -n)") from None
@@ -246,7 +246,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
             child = _child_pid(pid, info_r, reported)
             if child is not None:
                 proxy.listen_in(joiner, pid, child)
-                os.write(block[1], b"x")
+                os.write(block[1], b"x")  # bwrap goes on
         except BaseException as e:  # noqa: BLE001 - every failure refuses the run
             from .proxy_netns import NetnsError
 
@@ -257,7 +257,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         finally:
             if joiner is not None:
                 joiner.close()
-            _close_quietly(block[1])
+            _close_block(block)
 
     def setup_failed(status: int, early: str):
         if refused:
@@ -301,6 +301,13 @@ def _close_quietly(fd: int) -> None:
         os.close(fd)
     except OSError:
         pass
+
+
+def _close_block(block: list) -> None:
+    # Closed once: by then the number may belong to a descriptor opened since (the journal's).
+    fd, block[1] = block[1], -1
+    if fd >= 0:
+        _close_quietly(fd)
 
 
 def _kill_sandbox(bwrap_pid: int, child) -> None:
