@@ -20,10 +20,11 @@ Kernel facts this relies on (checked on 6.x with bwrap 0.8.0, as root and unpriv
   once the socket is handed over. A socket stays in the network namespace it was made
   in, whichever process holds it later: the proxy's own connections upstream are made
   in the host's namespace.
-- bind(2) to 127.0.0.1 succeeds in a new network namespace even while ``lo`` is still
-  down (bwrap brings it up in the child, around the time we bind): the 127.0.0.0/8 local
-  route exists from the start; ::1 would not (EADDRNOTAVAIL until ``lo`` is up), so only
-  127.0.0.1 is used, and the command's proxy variables name it.
+- bwrap's child reads ``--block-fd`` after its mounts and after bringing ``lo`` up (seen
+  on 0.8.0: while it waits, its root is the sandbox's and ``lo`` has IFF_UP). bind(2) to
+  127.0.0.1 would succeed even with ``lo`` still down (the 127.0.0.0/8 local route exists
+  in a new namespace from the start); ::1 would not (EADDRNOTAVAIL until ``lo`` is up),
+  so only 127.0.0.1 is used, and the command's proxy variables name it.
 - bwrap reads ``--block-fd`` to the first byte *or end of file*: closing it without a
   byte lets the command run. On any failure here bwrap (sbxc's own child, not yet
   waited for, so its pid cannot have been reused) is killed first.
