@@ -10,7 +10,8 @@ number of bytes, and a ping server that answers one byte and closes. Then, alter
 that drift hits every variant alike:
 
 - download: the bytes read by one client, direct and through the proxy (HTTP CONNECT)
-  with the copy relay (the default) and the splice relay; median MB/s, the ratio to
+  with the poll loop's copy relay (the default) and splice relay, and with the tunnel's
+  blocking splice, one thread per direction (``proxy_relay.TUNNEL``); median MB/s, the ratio to
   direct, the CPU time of the whole machine per GB (from /proc/stat: on a small machine
   the CPU is what limits it, and other people's work lands in it too) and the proxy
   process's own CPU time per GB (from /proc/PID/stat: its threads, its system calls);
@@ -151,8 +152,9 @@ def _process_seconds(pid) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _proxy(ports, splice: bool) -> Proxy:
+def _proxy(ports, splice: bool, tunnel: str = "poll") -> Proxy:
     proxy_relay.USE_SPLICE = splice  # read by relay() in the forked child
+    proxy_relay.TUNNEL = tunnel  # read by tunnel() in the forked child
     rules = [("127.0.0.1", ports, "bench"), ("localhost", ports, "bench")]
     p = Proxy(rules, limits=Limits(max_connections=512))
     p.start()
@@ -189,8 +191,12 @@ def exec_startup(runs: int, compare: str | None = None) -> None:
         for _ in range(runs):
             for k, (argv, env) in cases.items():
                 t = time.perf_counter()
-                subprocess.run(argv, cwd=d, env=env, check=True, stderr=subprocess.DEVNULL)
+                r = subprocess.run(argv, cwd=d, env=env, stderr=subprocess.PIPE)
                 times[k].append((time.perf_counter() - t) * 1000)
+                if r.returncode != 0:
+                    # Kept in the timing (a failed run is a run), and shown: it is a bug.
+                    print(f"  run failed ({' / '.join(k)}): status {r.returncode}: "
+                          f"{r.stderr.decode(errors='replace').strip()[-300:]}")
     print(f"exec start-up, `sbxc exec -- true`, cached plan, {runs} runs each (ms: median, min)")
     for tree, src in trees.items():
         if compare:
@@ -223,11 +229,13 @@ def main() -> int:
     have_splice = proxy_relay.HAVE_SPLICE
     copying = _proxy((bulk_port, ping_port), False)
     spliced = _proxy((bulk_port, ping_port), True) if have_splice else None
+    threaded = _proxy((bulk_port, ping_port), True, "splice-threads") if have_splice else None
     try:
         size = args.mb * 1_000_000
-        variants = [("direct", None, None), ("proxy (copy)", copying.address, copying._pid)]
+        variants = [("direct", None, None), ("proxy (poll, copy)", copying.address, copying._pid)]
         if spliced is not None:
-            variants.append(("proxy (splice)", spliced.address, spliced._pid))
+            variants.append(("proxy (poll, splice)", spliced.address, spliced._pid))
+            variants.append(("proxy (splice thr.)", threaded.address, threaded._pid))
         rates = {name: [] for name, _, _ in variants}
         cpu = {name: [] for name, _, _ in variants}
         own = {name: [] for name, _, _ in variants}
@@ -261,8 +269,9 @@ def main() -> int:
             print(f"  {name:18} {med:7.3f} {p90:7.3f}{added}")
     finally:
         copying.stop()
-        if spliced is not None:
-            spliced.stop()
+        for p in (spliced, threaded):
+            if p is not None:
+                p.stop()
         for pid in pids:
             os.kill(pid, 9)
             os.waitpid(pid, 0)

@@ -482,7 +482,40 @@ def test_too_many_connections(echo):
     assert "too many connections (limit 2)" in reasons
 
 
-def test_idle_timeout_cuts_a_silent_tunnel_not_a_busy_one(echo):
+@pytest.mark.parametrize("way", ["splice-threads", "poll"])
+def test_tunnel_carries_every_byte_both_ways_and_half_closes(echo, way, monkeypatch):
+    """Each way of relaying a CONNECT tunnel: 8 MB out and back intact, then the client's
+    half-close reaches the server, whose close ends the tunnel."""
+    from sbxc.runtime import proxy_relay
+
+    monkeypatch.setattr(proxy_relay, "TUNNEL", way)
+    p = start([("127.0.0.1", (echo.port,))])
+    try:
+        s, head = connect(p, f"127.0.0.1:{echo.port}")
+        assert head.startswith(b"HTTP/1.1 200")
+        payload = os.urandom(8 << 20)
+        got = bytearray()
+
+        def read():
+            while chunk := s.recv(1 << 20):
+                got.extend(chunk)
+
+        t = threading.Thread(target=read)
+        t.start()
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)  # the echo server sees EOF, closes; the tunnel ends
+        t.join(30)
+        assert not t.is_alive() and bytes(got) == payload
+        s.close()
+    finally:
+        p.stop()
+
+
+@pytest.mark.parametrize("way", ["splice-threads", "poll"])
+def test_idle_timeout_cuts_a_silent_tunnel_not_a_busy_one(echo, way, monkeypatch):
+    from sbxc.runtime import proxy_relay
+
+    monkeypatch.setattr(proxy_relay, "TUNNEL", way)
     p = start([("127.0.0.1", (echo.port,))], limits=Limits(idle_timeout=0.8))
     try:
         busy, head = connect(p, f"127.0.0.1:{echo.port}")
@@ -598,89 +631,48 @@ def test_default_resolver_is_getaddrinfo():
     assert set(proxy_server.default_resolver("localhost")) <= LOOPBACK
 
 
-def _hand(path, fd):
-    u = socket.socket(socket.AF_UNIX)
-    u.settimeout(5)
-    u.connect(path)
-    u.sendmsg([b"\x00"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fd.to_bytes(4, sys.byteorder))])
-    return u
-
-
-@pytest.mark.parametrize("mode", ["thread", "process"])
-def test_a_handed_over_tcp_socket_is_served_directly(tmp_path, echo, mode):
-    """The bwrap forwarder's hand-off: the accepted TCP socket itself goes to the proxy,
-    which serves it as a client; the forwarder's own connection carries nothing."""
-    path = str(tmp_path / "proxy.sock")
-    p = start([("127.0.0.1", (echo.port,))], mode=mode, unix_path=path, tcp_host=None)
-    lst = socket.create_server(("127.0.0.1", 0))
+def test_a_deferred_proxy_serves_the_listener_it_is_given(echo):
+    """bwrap's case: the proxy starts before its listener exists (that is made later in
+    the sandbox's namespace) and serves the socket handed to it; the caller's copy is
+    closed at once."""
+    p = Proxy([("127.0.0.1", (echo.port,), "test")], unix_path=None, tcp_host=None, deferred=True)
+    p.start()
     try:
-        client = socket.create_connection(lst.getsockname(), timeout=5)
-        accepted, _ = lst.accept()
-        u = _hand(path, accepted.fileno())
-        accepted.close()
-        u.close()  # the forwarder lets go at once
-        client.sendall(f"CONNECT 127.0.0.1:{echo.port} HTTP/1.1\r\nHost: 127.0.0.1:{echo.port}\r\n\r\n".encode())
-        assert read_head(client).startswith(b"HTTP/1.1 200")
-        assert tunnel_works(client)
-        client.close()
-        # A direct Unix client still works beside it.
-        s, head = connect(p, f"127.0.0.1:{echo.port}")
-        assert head.startswith(b"HTTP/1.1 200") and tunnel_works(s)
-        s.close()
-    finally:
+        lst = socket.create_server(("127.0.0.1", 0))
+        addr = lst.getsockname()
+        p.give_listener(lst)
         lst.close()
-        p.stop()
-
-
-def test_a_handed_over_descriptor_that_is_not_a_tcp_socket_is_dropped(tmp_path, echo):
-    path = str(tmp_path / "proxy.sock")
-    p = start([("127.0.0.1", (echo.port,))], unix_path=path, tcp_host=None)
-    try:
-        f = open(tmp_path / "file", "w+")
-        a, b = socket.socketpair()
-        for fd in (f.fileno(), a.fileno()):
-            u = _hand(path, fd)
-            assert read_all(u) == b""  # closed, nothing served
-            u.close()
-        f.close()
-        a.close()
-        b.close()
-        s, head = connect(p, f"127.0.0.1:{echo.port}")  # the proxy goes on serving
-        assert head.startswith(b"HTTP/1.1 200")
+        s = socket.create_connection(addr, timeout=5)
+        s.sendall(f"CONNECT 127.0.0.1:{echo.port} HTTP/1.1\r\nHost: 127.0.0.1:{echo.port}\r\n\r\n".encode())
+        assert read_head(s).startswith(b"HTTP/1.1 200")
+        assert tunnel_works(s)
         s.close()
     finally:
         p.stop()
     assert p.failure is None
 
 
-def _forwarder_exec(tmp_path, path_value, name):
-    """The forwarder's own PATH search, in a fresh ``-I -S`` interpreter as in the sandbox
-    (its environment is the one the search reads); returns (exit status, output)."""
-    from sbxc.runtime import proxy_forward
+def test_a_deferred_proxy_takes_only_a_listening_tcp_socket():
+    """Anything but a listening stream socket is dropped: the proxy then never serves."""
+    p = Proxy([("127.0.0.1", (1,), "test")], unix_path=None, tcp_host=None, deferred=True)
+    p.start()
+    a, b = socket.socketpair()
+    try:
+        p.give_listener(a)
+    finally:
+        a.close()
+        b.close()
+        p.stop()
+    assert p.refused() == [] and p.failure is None
 
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import proxy_forward\n"
-            "try:\n proxy_forward._execvp([sys.argv[2], '-c', 'echo ran:$0'])\n"
-            "except OSError as e:\n print(type(e).__name__); sys.exit(3)")
-    env = {} if path_value is None else {"PATH": path_value}
-    r = subprocess.run([sys.executable, "-I", "-S", "-c", code, os.path.dirname(proxy_forward.__file__), name],
-                       env=env, capture_output=True, text=True, timeout=30)
-    return r.returncode, r.stdout
 
-
-def test_the_forwarder_searches_path_as_execvp_does(tmp_path):
-    """The forwarder execs the command without ``os``: the same PATH search, the same
-    error kept (a file that cannot run beats a later "not found")."""
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir()
-    b.mkdir()
-    sh = shutil.which("sh")
-    (a / "tool").write_text("#!/bin/sh\n")  # not executable: skipped, remembered
-    os.symlink(sh, b / "tool")
-    assert _forwarder_exec(tmp_path, f"{tmp_path}/none:{a}:{b}", "tool") == (0, "ran:tool\n")
-    assert _forwarder_exec(tmp_path, f"{tmp_path}/none:{a}", "tool") == (3, "PermissionError\n")
-    assert _forwarder_exec(tmp_path, f"{tmp_path}/none", "tool") == (3, "FileNotFoundError\n")
-    assert _forwarder_exec(tmp_path, None, "sh") == (0, "ran:sh\n")  # /bin:/usr/bin
-    assert _forwarder_exec(tmp_path, "", sh) == (0, f"ran:{sh}\n")
+def test_a_deferred_proxy_that_never_got_a_listener_stops_cleanly():
+    p = Proxy([("127.0.0.1", (1,), "test")], unix_path=None, tcp_host=None, deferred=True)
+    p.start()
+    p.stop()
+    assert p.refused() == [] and p.failure is None
+    with pytest.raises(ValueError):
+        Proxy([("127.0.0.1", (1,), "test")], tcp_host=None, deferred=True, mode="thread")
 
 
 def test_the_proxy_process_does_not_import_the_socket_module():

@@ -231,22 +231,78 @@ def test_proxy_variables_for_the_toolchains(sbxc, backend, upstream):
     assert env["NO_PROXY"] == "" and env["no_proxy"] == ""
 
 
-def test_bwrap_proxy_folder_is_read_only_inside(sbxc, upstream):
-    """The proxy's folder is bound in for its socket only: the command cannot create a file
-    in that host folder, and the proxy still serves through the socket."""
-    code = (
-        "import os\n"
-        "dirs = [l.split()[4] for l in open('/proc/self/mountinfo') if 'sbxc-proxy-' in l.split()[4]]\n"
-        "print('FOLDERS', len(dirs))\n"
-        "try:\n"
-        "    open(os.path.join(dirs[0], 'planted'), 'w')\n"
-        "    print('WROTE')\n"
-        "except OSError as e:\n"
-        "    print('REFUSED', e.errno)\n")
-    path = os.path.join(sbxc.project, "probe.py")
+NETNS_PROBE = r"""
+import os, socket, sys
+upstream = int(sys.argv[1])
+print("IFACES", sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]))
+listening = [l.split()[1] for l in open("/proc/net/tcp").readlines()[1:] if l.split()[3] == "0A"]
+print("LISTEN", listening)
+mounts = [l.split()[4] for l in open("/proc/self/mountinfo")]
+print("PROXY MOUNTS", [m for m in mounts if "sbxc-proxy" in m])
+for host in ("127.0.0.1", "127.0.0.2", "::1"):
+    try:
+        socket.create_connection((host, upstream), timeout=5).close()
+        print("DIRECT", host, "connected")
+    except OSError as e:
+        print("DIRECT", host, "refused", e.errno)
+"""
+
+
+def test_bwrap_the_proxy_listens_inside_and_nothing_else_is_reachable(sbxc, upstream):
+    """bwrap: the proxy's listening socket lives in the sandbox's own network namespace
+    (loopback only), nothing of the host is bound in for it, and the test's server on
+    the host's loopback is out of reach except through the proxy, where a rule allows."""
+    path = os.path.join(sbxc.project, "netns_probe.py")
     with open(path, "w") as f:
-        f.write(code)
-    r = sbxc(policy("bwrap", f"allow 127.0.0.1:{upstream}"), sys.executable, "-I", path)
-    assert "FOLDERS 1" in r.out and "REFUSED" in r.out, r
+        f.write(NETNS_PROBE)
+    r = sbxc(policy("bwrap", f"allow 127.0.0.1:{upstream}"), sys.executable, "-I", path, str(upstream))
+    assert r.rc == 0, r
+    assert "IFACES ['lo']" in r.out, r
+    # 0100007F:0C38 is 127.0.0.1:3128 (the proxy's port inside), the only listener.
+    assert "LISTEN ['0100007F:0C38']" in r.out, r
+    assert "PROXY MOUNTS []" in r.out, r
+    for host in ("127.0.0.1", "127.0.0.2", "::1"):
+        assert f"DIRECT {host} refused" in r.out, r
     r = client(sbxc, "bwrap", [f"allow 127.0.0.1:{upstream}"], "get", f"http://127.0.0.1:{upstream}/")
     assert "STATUS 200 hello from upstream" in r.out, r
+    # Control: the same probe unsandboxed reaches the server directly.
+    out = subprocess.run([sys.executable, "-I", path, str(upstream)], capture_output=True, text=True,
+                         timeout=30).stdout
+    assert "DIRECT 127.0.0.1 connected" in out, out
+
+
+FAIL_SETNS = r"""
+import sys
+from sbxc.runtime import proxy_netns
+
+def refuse(fd, kinds):
+    raise PermissionError(1, "Operation not permitted")
+
+proxy_netns._setns = refuse
+from sbxc.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_bwrap_refuses_when_the_proxy_cannot_enter_the_sandbox(sbxc, upstream, home):
+    """Fail closed: when the listener cannot be made in the sandbox's namespace (here the
+    kernel's refusal of setns, simulated in sbxc's helper), bwrap is killed before it
+    execs the command: 125, one sbxc line, and the command never ran."""
+    from conftest import PYTHON, base_env, run
+
+    ppath = os.path.join(sbxc.project, "sandbox.policy.yaml")
+    with open(ppath, "w") as f:
+        f.write(policy("bwrap", f"allow 127.0.0.1:{upstream}"))
+    marker = os.path.join(sbxc.project, "ran")
+    argv = [PYTHON, "-c", FAIL_SETNS, "exec", "--policy", ppath, "--", "touch", marker]
+    r = run(argv, env=base_env(home), cwd=sbxc.project)
+    assert r.rc == 125, r
+    lines = [line for line in r.err.splitlines() if line.startswith("sbxc: ") and "warning" not in line]
+    assert lines == ["sbxc: the network proxy could not be put into the sandbox (cannot listen in the sandbox's "
+                     "network namespace (Operation not permitted)); check that bwrap may create user and network "
+                     "namespaces (sbxc doctor)"], r
+    assert not os.path.exists(marker), r
+    # Control: the same run without the fault runs the command.
+    r = run([PYTHON, "-m", "sbxc", "exec", "--policy", ppath, "--", "touch", marker], env=base_env(home),
+            cwd=sbxc.project)
+    assert r.rc == 0 and os.path.exists(marker), r

@@ -187,8 +187,8 @@ def lower(plan: Plan, host) -> Lowered:
     ]
     net = plan.network
     if net.mode in (NET_OFF, NET_RULES, NET_HOSTS):
-        # Host rules too: the command's namespace has loopback only; the runtime binds the
-        # proxy's Unix socket in and a forwarder inside relays a loopback port to it.
+        # Host rules too: the command's namespace has loopback only; the runtime puts the
+        # proxy's listening socket into it (runtime/proxy_netns) before the command starts.
         argv.append("--unshare-net")
     if not host.bwrap_version or _version_at_least(host.bwrap_version, (0, 8)):
         # No new user namespaces inside (bwrap >= 0.8); the seccomp filter refuses them too.
@@ -214,7 +214,7 @@ def lower(plan: Plan, host) -> Lowered:
         for h in net.hosts:
             verdicts.append(verdict(NAME, host_subject(h), ENFORCED, h.span,
                                     "through sbxc's proxy: the command's network namespace has loopback only, "
-                                    "and the proxy is reached through a Unix socket bound into the sandbox"))
+                                    "and the proxy listens inside it, on 127.0.0.1:3128"))
         for r in net.rules:
             ports = str(r.port_lo) if r.port_lo == r.port_hi else f"{r.port_lo}-{r.port_hi}"
             verdicts.append(verdict(NAME, f"{r.op} {r.proto} {ports}", NARROWED, r.span,

@@ -134,13 +134,19 @@ EXEC = Command(
     flags=(POLICY, Flag("--plan", "a compiled plan file (from compile -o) instead of a policy", metavar="F", path=True),
            BACKEND, NETWORK, NO_NETWORK,
            Flag("--session", "run in a session's workspace (sbxc session start prints the ID)", metavar="ID"),
-           Flag("--ephemeral", "run in a fresh session's workspace, discarded afterwards"), HELP),
+           Flag("--ephemeral", "run in a fresh session's workspace, discarded afterwards"),
+           _format("json"),
+           Flag("--status-fd", "with --format json: write the run's JSON status to this open descriptor "
+                "(default 2, stderr, which the command can write too; another descriptor is never "
+                "passed to the command)", metavar="N"), HELP),
     rest="CMD...",
     exits=("CMD's own status (128+N when it died of signal N)",
            "125 sbxc refused or failed before CMD ran (usage errors included: 2 could be CMD's own)",
            "126 CMD found but not executable", "127 CMD not found"),
     exclusive=(("policy", "plan"), ("session", "ephemeral")),
-    notes=("The command starts at the first word that is not an option, or after --.",),
+    notes=("The command starts at the first word that is not an option, or after --.",
+           "--format json: one JSON object after the run (did the command run, its status, the hosts the "
+           "proxy refused with the rule to add, sbxc's warnings); see docs/output-formats.md."),
 )
 
 def _close(word, names):

@@ -1,4 +1,4 @@
-"""``sbxc exec [--policy P | --plan F] [--backend B] [--network[=true|false]] -- CMD...``.
+"""``sbxc exec [--policy P | --plan F] [--backend B] [--network[=true|false]] [--format json [--status-fd N]] -- CMD...``.
 
 The command line, the exit status and the words of a failure; the run itself is the
 runtime's (``sbxc.runtime.launch.run_exec``). On a plan-cache miss the runtime calls the
@@ -19,7 +19,7 @@ HelpAsked = _args.HelpAsked
 
 
 class Args:
-    __slots__ = ("policy", "plan", "backend", "network", "session", "ephemeral", "cmd")
+    __slots__ = ("policy", "plan", "backend", "network", "session", "ephemeral", "cmd", "format", "status_fd")
 
     def __init__(self, parsed: dict):
         self.policy = parsed["policy"]
@@ -29,6 +29,8 @@ class Args:
         self.session = parsed["session"]
         self.ephemeral = bool(parsed["ephemeral"])
         self.cmd = parsed["cmd"]
+        self.format = parsed["format"] or "text"
+        self.status_fd = parsed["status_fd"]
 
 
 def parse_args(argv: list) -> Args:
@@ -42,6 +44,8 @@ def parse_args(argv: list) -> Args:
         took = [f"{w} {v}" for w, v in zip(argv, argv[1:]) if w == "--network" and v.lower() in _args.NETWORK.choices]
         raise Refusal("exec: no command given" + (f" ({took[0]!r}: that word is the value of --network)" if took else ""),
                       "put the command after --: sbxc exec [OPTIONS] -- CMD...")
+    if a.status_fd is not None and a.format != "json":
+        raise Refusal("exec: --status-fd needs --format json", "add --format json, or leave out --status-fd")
     return a
 
 
@@ -94,6 +98,14 @@ def _fill_std_fds() -> None:
 
 
 def exec_main(argv, compile=compile_on_miss) -> int:
+    status = []
+    rc = _exec_main(argv, compile, status)
+    if status:
+        status[0].finish(rc)  # --format json: after every line sbxc wrote
+    return rc
+
+
+def _exec_main(argv, compile, status: list) -> int:
     from ..runtime.launch import after_start_line, run_exec
     from ..runtime.spec import RunState
 
@@ -108,6 +120,10 @@ def exec_main(argv, compile=compile_on_miss) -> int:
 
             sys.stdout.write(command_help(_args.EXEC))
             return 0
+        if a.format == "json":
+            from ..runtime.runstatus import Recorder
+
+            status.append(Recorder(a.status_fd, state))
         try:
             cwd = os.getcwd()
         except OSError:

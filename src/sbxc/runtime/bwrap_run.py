@@ -25,7 +25,7 @@ import os
 import sys
 
 from ..layout import BWRAP_EMPTY_FD as EMPTY_FD
-from .errors import Refusal, bwrap_failure
+from .errors import Refusal, bwrap_failure, one_line
 from .spec import LaunchSpec
 from .staleness import HostNow
 _FIONREAD = 0x541B  # asm-generic/ioctls.h; the same on x86_64 and aarch64
@@ -104,22 +104,8 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         opts += ["--remount-ro", plans]
 
     proxy = getattr(ctx, "proxy", None)
-    if net == "hosts":
-        if proxy is None or not proxy.unix_path:
-            raise Refusal("the plan has host rules but no proxy was started for it", "report this")
-        # The proxy's private folder, at the same path: the only way out of the sandbox's
-        # network namespace, which has loopback alone. Read-only: connect(2) to a socket
-        # is not refused on a read-only mount (only files, folders and links are), and the
-        # command can create nothing in a host folder the policy does not grant.
-        binds = ["--ro-bind", proxy.folder, proxy.folder]
-        try:
-            at = opts.index("--remount-ro")
-        except ValueError:
-            at = len(opts)
-        opts[at:at] = binds
-        from . import proxy_forward
-
-        cmd = [sys.executable, "-I", "-S", proxy_forward.__file__, proxy.unix_path, str(proxy.port)] + list(cmd)
+    if net == "hosts" and (proxy is None or not proxy.in_sandbox):
+        raise Refusal("the plan has host rules but no proxy was started for it", "report this")
 
     fds: list[int] = []
     cleanups = []
@@ -177,12 +163,21 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         # signals should go), {"exit-code": N} once the command ran and ended.
         info_r, info_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         fds += [info_r, info_w]
+        block = None
+        if net == "hosts":
+            # bwrap waits on it before it execs the command, until the proxy's listener
+            # is in the sandbox (``launched``). The write end stays with sbxc alone.
+            block = list(os.pipe())
+            fds.append(block[0])
+            cleanups.append(lambda: _close_block(block))
     except OSError as e:
         close_all()
         raise Refusal(f"could not prepare bwrap's descriptors ({e.strerror})", "check the open-files limit (ulimit -n)") from None
     seccomp_fd = r
 
-    argv = [found] + opts + ["--chdir", cwd, "--seccomp", str(seccomp_fd), "--json-status-fd", str(info_w), "--"] + list(cmd)
+    wait = ["--block-fd", str(block[0])] if block is not None else []
+    argv = [found] + opts + wait + ["--chdir", cwd, "--seccomp", str(seccomp_fd), "--json-status-fd", str(info_w),
+                                    "--"] + list(cmd)
     info = bytearray()
 
     def read_info() -> bytes:
@@ -238,7 +233,35 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     def ran() -> bool:
         return reported(b"exit-code") is not None
 
+    refused = []
+
+    def launched(pid: int) -> None:
+        # bwrap runs, blocked before the command: the proxy's listener goes into the
+        # sandbox's network namespace, then bwrap goes on. Any failure kills bwrap first
+        # (end of file on the block pipe would let the command run without its proxy).
+        joiner = None
+        child = None
+        try:
+            joiner = proxy.joiner()
+            child = _child_pid(pid, info_r, reported)
+            if child is not None:
+                proxy.listen_in(joiner, pid, child)
+                os.write(block[1], b"x")  # bwrap goes on
+        except BaseException as e:  # noqa: BLE001 - every failure refuses the run
+            from .proxy_netns import NetnsError
+
+            why = str(e) if isinstance(e, NetnsError) else f"{type(e).__name__}: {e}"
+            refused.append(Refusal(f"the network proxy could not be put into the sandbox ({one_line(why, 200)})",
+                                   "check that bwrap may create user and network namespaces (sbxc doctor)"))
+            _kill_sandbox(pid, child)
+        finally:
+            if joiner is not None:
+                joiner.close()
+            _close_block(block)
+
     def setup_failed(status: int, early: str):
+        if refused:
+            return refused[0]
         if status == 0 or status > 128 or ran():
             return None  # the command ran (its status), or bwrap was killed (passed through)
         if started():
@@ -269,4 +292,93 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     return LaunchSpec(argv, env, pass_fds=[fd for fd in fds if fd != info_r], exec_is_command=False,
                       child_setup=setup, release=release_fn,
                       started=started, setup_failed=setup_failed, command_status=command_status,
-                      cleanups=cleanups, own_pgrp=True, signal_target=signal_target)
+                      cleanups=cleanups, own_pgrp=True, signal_target=signal_target,
+                      launched=launched if block is not None else None)
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _close_block(block: list) -> None:
+    # Closed once: by then the number may belong to a descriptor opened since (the journal's).
+    fd, block[1] = block[1], -1
+    if fd >= 0:
+        _close_quietly(fd)
+
+
+def _kill_sandbox(bwrap_pid: int, child) -> None:
+    """Kill bwrap and its child, and return once both have ended: only then may the block
+    pipe close (bwrap's child reads its end of file as the go-ahead). bwrap is sbxc's own
+    child, not waited for yet, so its pid cannot have been reused; the child is signalled
+    through a pidfd opened while its parent is bwrap."""
+    import select
+    import signal
+
+    fds = []
+    try:
+        for pid in (child, bwrap_pid):
+            if pid is None:
+                continue
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue
+            if pid == child:
+                try:
+                    with open(f"/proc/{pid}/stat", "rb") as f:
+                        mine = int(f.read().rpartition(b")")[2].split()[1]) == bwrap_pid
+                except (OSError, ValueError, IndexError):
+                    mine = False
+                if not mine:
+                    # Gone (bwrap's death signal kills it too): not another process.
+                    os.close(fd)
+                    continue
+            fds.append(fd)
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except OSError:
+                pass
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        import time
+
+        end = time.monotonic() + 5.0
+        waiting = set(fds)
+        while waiting and time.monotonic() < end:
+            for fd, _ in poller.poll(100):
+                waiting.discard(fd)
+                poller.unregister(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _child_pid(bwrap_pid: int, info_r: int, reported, timeout: float = 10.0):
+    """The pid of bwrap's child once bwrap wrote it on its status channel; None when bwrap
+    ended first (its own failure, worded as usual by ``setup_failed``). bwrap writes it
+    right after clone(2), so the child's namespaces exist by then."""
+    import select
+    import time
+
+    pidfd = os.pidfd_open(bwrap_pid)
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        poller.register(info_r, select.POLLIN)
+        end = time.monotonic() + timeout
+        while True:
+            child = reported(b"child-pid")
+            if child is not None:
+                return child
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("bwrap did not report its child")
+            if any(fd == pidfd for fd, _ in poller.poll(int(left * 1000) + 1)) and reported(b"child-pid") is None:
+                return None
+    finally:
+        os.close(pidfd)

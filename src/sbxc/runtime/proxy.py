@@ -1,8 +1,9 @@
 """The filtering proxy that enforces host rules (``allow HOST[:PORT]``, SPEC §2 and §5).
 
-It runs outside the sandbox for the life of one run and listens on a Unix socket (bwrap
-binds it into the sandbox) and/or a loopback TCP port (Landlock lets the command connect
-to that port only). It speaks HTTP CONNECT, absolute-URI HTTP forwarding and SOCKS5, and
+It runs outside the sandbox for the life of one run and listens on a loopback TCP port
+(Landlock lets the command connect to that port only), on a socket handed to it later
+(``deferred``: bwrap's, made inside the sandbox's network namespace, ``proxy_netns``),
+and/or on a Unix socket. It speaks HTTP CONNECT, absolute-URI HTTP forwarding and SOCKS5, and
 connects only where a rule allows, to an address it resolved and checked itself.
 
     proxy = Proxy([("example.org", None, "policy.yaml:9:5: allow example.org")],
@@ -23,12 +24,13 @@ are made here first, so the address is known and connections queue in the backlo
 the child imports ``socket`` and starts up in parallel with the sandbox's own set-up.
 
 Imported on the ``exec`` path when host rules are in use: this module imports only
-builtins at import time (``os``, ``_socket``); the rest is loaded by ``start`` (thread
+builtins at import time (``os``, ``sys``, ``_socket``); the rest is loaded by ``start`` (thread
 mode) or in the child.
 """
 from __future__ import annotations
 
 import os
+import sys
 
 import _socket
 
@@ -73,11 +75,14 @@ class Proxy:
     ``getaddrinfo``."""
 
     def __init__(self, rules, *, unix_path: str | None = None, tcp_host: str | None = "127.0.0.1",
-                 tcp_port: int = 0, limits: Limits | None = None, resolver=None, mode: str = "process"):
+                 tcp_port: int = 0, limits: Limits | None = None, resolver=None, mode: str = "process",
+                 deferred: bool = False):
         from .proxy_match import Rules
 
-        if unix_path is None and tcp_host is None:
+        if unix_path is None and tcp_host is None and not deferred:
             raise ValueError("the proxy needs a Unix socket path or a TCP host")
+        if deferred and mode != "process":
+            raise ValueError("a proxy whose listener comes later runs as a process")
         if tcp_host is not None and not _loopback(tcp_host):
             raise ValueError(f"the proxy listens on loopback only, not {tcp_host!r}")
         if mode not in ("process", "thread"):
@@ -91,6 +96,7 @@ class Proxy:
         self._tcp = (tcp_host, tcp_port) if tcp_host is not None else None
         self._resolver = resolver
         self._mode = mode
+        self._deferred = deferred
         self._unix_ino = None
         self._pid = 0
         self._ctl = None
@@ -177,6 +183,14 @@ class Proxy:
         self._pid = pid
         self._ctl = parent_end
 
+    def give_listener(self, lst) -> None:
+        """Hand the started proxy (``deferred=True``) the listening socket it serves: one
+        made elsewhere, e.g. inside a sandbox's network namespace (``proxy_netns``). The
+        caller keeps and closes its own descriptor. OSError when the proxy is gone."""
+        if self._ctl is None or not self._deferred:
+            raise OSError("the proxy does not wait for a listener")
+        self._ctl.sendmsg([b"L"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, lst.fileno().to_bytes(4, sys.byteorder))])
+
     def stop(self) -> None:
         """Stop serving, cut open connections, collect the refusals. Idempotent."""
         if self._server is not None:
@@ -241,20 +255,35 @@ class Proxy:
             ctl.close()
         end = time.monotonic() + _REPORT_TIMEOUT
         status = None
-        while status is None:
-            try:
-                pid, st = os.waitpid(self._pid, os.WNOHANG)
-            except ChildProcessError:
-                # Reaped by the caller's own wait for any child (a subreaper's loop): its
-                # status is lost; the report above decides.
-                pid, st = self._pid, 0
-            if pid:
-                status = st
-            elif time.monotonic() > end:
-                os.kill(self._pid, 9)
-                status = os.waitpid(self._pid, 0)[1]
-            else:
-                time.sleep(0.002)
+        # The child exits right after its report: a pidfd says when, with no polling delay.
+        try:
+            pidfd = os.pidfd_open(self._pid)
+        except OSError:
+            pidfd = -1
+        try:
+            while status is None:
+                try:
+                    pid, st = os.waitpid(self._pid, os.WNOHANG)
+                except ChildProcessError:
+                    # Reaped by the caller's own wait for any child (a subreaper's loop): its
+                    # status is lost; the report above decides.
+                    pid, st = self._pid, 0
+                if pid:
+                    status = st
+                elif time.monotonic() > end:
+                    os.kill(self._pid, 9)
+                    status = os.waitpid(self._pid, 0)[1]
+                elif pidfd >= 0:
+                    import select
+
+                    poller = select.poll()
+                    poller.register(pidfd, select.POLLIN)
+                    poller.poll(max(1, int((end - time.monotonic()) * 1000)))
+                else:
+                    time.sleep(0.002)
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
         self._pid = 0
         self._read_report(bytes(data))
         if os.waitstatus_to_exitcode(status) != 0 and self.failure is None:
@@ -321,6 +350,12 @@ def _child(ctl, listeners, proxy: Proxy, mask) -> int:
         if num is not None:
             _signal.signal(num, _signal.SIG_IGN if name in _CHILD_SIGNALS[:3] else _signal.SIG_DFL)
     _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
+    if proxy._deferred:
+        listeners = _receive_listener(ctl)
+        if listeners is None:
+            return 0  # the run ended (or failed) before the sandbox had its listener
+    if not _first_client(ctl, listeners):
+        return 0  # the run ended before anything connected: nothing served, nothing refused
     import _thread
 
     from .proxy_server import Server
@@ -348,6 +383,48 @@ def _child(ctl, listeners, proxy: Proxy, mask) -> int:
     except OSError:
         pass
     return 0
+
+
+def _first_client(ctl, listeners) -> bool:
+    """Wait until a client connects (True) or the parent ends the proxy (False). The
+    server's modules are imported only then: ~10 ms of CPU that would otherwise compete
+    with the sandbox's start on every run, also the many whose command never connects."""
+    import select
+
+    poller = select.poll()
+    for lst in listeners:
+        poller.register(lst.fileno(), select.POLLIN)
+    poller.register(ctl.fileno(), select.POLLIN)
+    while True:
+        try:
+            events = poller.poll()
+        except InterruptedError:
+            continue
+        if any(fd == ctl.fileno() for fd, _ in events):
+            return False  # end of file: stop() (or the parent is gone)
+        if events:
+            return True
+
+
+def _receive_listener(ctl):
+    """The listening socket the parent sends (``give_listener``), as a list of one; None
+    at end of file. Only a listening TCP socket is served."""
+    try:
+        data, anc, _flags, _addr = ctl.recvmsg(1, _socket.CMSG_SPACE(4))
+    except OSError:
+        return None
+    fds = [int.from_bytes(payload[i:i + 4], sys.byteorder)
+           for level, kind, payload in anc if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS
+           for i in range(0, len(payload) - 3, 4)]
+    if data != b"L" or len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        return None
+    lst = _socket.socket(fileno=fds[0])
+    if lst.type != _socket.SOCK_STREAM or not lst.getsockopt(_socket.SOL_SOCKET, _socket.SO_ACCEPTCONN):
+        lst.close()
+        return None
+    return [lst]
 
 
 def _field(text: str) -> str:

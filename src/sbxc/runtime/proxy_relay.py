@@ -235,3 +235,139 @@ def _loop(dirs, pump, idle_timeout: float, end_with_download: bool) -> str:
                 return "error"
         for d in dirs:
             pump(d)
+
+
+# --- tunnels: one blocking splice loop per direction ------------------------------------
+
+TUNNEL = "poll"
+"""How ``tunnel`` moves an established CONNECT/SOCKS tunnel's bytes: ``"poll"`` (the
+default: ``relay``'s loop, copy or splice per USE_SPLICE) or ``"splice-threads"``;
+bench/proxy.py sets it to compare (docs/proxy.md has the numbers: on the reference
+machine the threads were no faster, and the default stayed)."""
+
+_SPLICE_MOVE = getattr(os, "SPLICE_F_MOVE", 1)
+_SO_RCVTIMEO = 20  # asm-generic/socket.h (x86_64 and aarch64)
+_SO_SNDTIMEO = 21
+
+
+class _Tunnel:
+    __slots__ = ("last", "cut", "idle", "why")
+
+    def __init__(self, idle: float):
+        import time
+
+        self.last = time.monotonic()
+        self.cut = False
+        self.idle = idle
+        self.why = "done"
+
+
+def tunnel(client, upstream, idle_timeout: float) -> str:
+    """Relay an established tunnel (no budget, half-close both ways) until both directions
+    ended; ``"done"``, ``"idle"`` or ``"error"``, as ``relay``.
+
+    Each direction is a thread of its own doing blocking ``splice(2)`` socket -> pipe ->
+    socket: two system calls per chunk of whatever arrived, no ``poll`` between them, and
+    no byte copied through user space (the poll loop spends most of its CPU in the calls
+    around each move, measured with bench/proxy.py). The idle timeout is the kernel's
+    (``SO_RCVTIMEO``/``SO_SNDTIMEO``, which ``splice`` honours on a blocking socket): a
+    direction that timed out ends only when the other one was idle too, so a download
+    keeps its silent upload direction alive. Falls back to ``relay`` where splice is
+    missing or refused (no ``os.splice``, a pipe that cannot be had), and where ``TUNNEL``
+    is ``"poll"``."""
+    if TUNNEL != "splice-threads" or not HAVE_SPLICE:
+        return relay(client, upstream, idle_timeout)
+    import _thread
+
+    up, down = _Direction(client, upstream, None, True), _Direction(upstream, client, None, True)
+    try:
+        for d in (up, down):
+            _open_pipe(d)
+    except OSError:
+        for d in (up, down):
+            for fd in (d.pipe_r, d.pipe_w):
+                if fd >= 0:
+                    os.close(fd)
+        return relay(client, upstream, idle_timeout)
+    state = _Tunnel(idle_timeout)
+    # A quarter of the idle time: a silent direction notices within 1.25 idle timeouts.
+    timeo = _timeval(max(0.05, min(idle_timeout / 4, 15.0)))
+    done = _thread.allocate_lock()
+    done.acquire()
+    try:
+        for s in (client, upstream):
+            s.setblocking(True)  # settimeout's O_NONBLOCK would make splice return EAGAIN
+            s.setsockopt(1, _SO_RCVTIMEO, timeo)
+            s.setsockopt(1, _SO_SNDTIMEO, timeo)
+
+        def upload():
+            try:
+                _splice_loop(up, state)
+            finally:
+                done.release()
+
+        _thread.start_new_thread(upload, ())
+    except (OSError, RuntimeError):
+        for d in (up, down):
+            os.close(d.pipe_r)
+            os.close(d.pipe_w)
+        return relay(client, upstream, idle_timeout)
+    try:
+        _splice_loop(down, state)
+    finally:
+        done.acquire()  # the upload direction has ended too (it is cut when this one failed)
+        for d in (up, down):
+            os.close(d.pipe_r)
+            os.close(d.pipe_w)
+    return state.why
+
+
+def _timeval(seconds: float) -> bytes:
+    import sys
+
+    whole = int(seconds)
+    micro = int((seconds - whole) * 1e6)
+    return whole.to_bytes(8, sys.byteorder) + micro.to_bytes(8, sys.byteorder)
+
+
+def _splice_loop(d: _Direction, state: _Tunnel) -> None:
+    import time
+
+    src, dst = d.src.fileno(), d.dst.fileno()
+    cap = d.cap
+    try:
+        while not state.cut:
+            try:
+                n = os.splice(src, d.pipe_w, cap, flags=_SPLICE_MOVE)
+            except BlockingIOError:
+                # SO_RCVTIMEO ran out: the tunnel is idle only if the other way was too.
+                if time.monotonic() - state.last >= state.idle:
+                    state.why = "idle"
+                    break
+                continue
+            if n == 0:
+                try:
+                    d.dst.shutdown(1)  # SHUT_WR: the peer reads EOF and may still answer
+                except OSError:
+                    pass
+                return
+            while n:
+                try:
+                    n -= os.splice(d.pipe_r, dst, n, flags=_SPLICE_MOVE)
+                except BlockingIOError:
+                    if time.monotonic() - state.last >= state.idle:
+                        state.why = "idle"
+                        raise
+                    continue
+            state.last = time.monotonic()
+    except OSError:
+        if state.why == "done":
+            state.why = "error"
+    # Failed, idle or cut: end both directions (the other thread is woken by the shutdown).
+    state.cut = True
+    for s in (d.src, d.dst):
+        try:
+            s.shutdown(2)
+        except OSError:
+            pass
+

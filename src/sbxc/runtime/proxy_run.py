@@ -4,22 +4,22 @@ after the command ended, and its refusals told to the person (SPEC §5).
 Imported only for a plan with host rules (``runtime.proxy`` in the plan file), so a run
 without them loads none of the proxy.
 
-- bwrap: the proxy listens on a Unix socket in a private folder (0700) that is bound into
-  the sandbox at the same path; inside, ``proxy_forward`` listens on loopback port
-  ``FORWARD_PORT`` of the sandbox's own network namespace and relays to that socket, then
-  execs the command. The namespace has loopback only: there is no route to anything else.
+- bwrap: the proxy's listening socket is made inside the sandbox's own network namespace
+  (``proxy_netns``, on loopback port ``SANDBOX_PORT``) while bwrap waits before it execs
+  the command; the proxy, outside, accepts on it. The namespace has loopback only: there is
+  no route to anything else, and nothing of the host (no socket file, no folder) is bound
+  into the sandbox for it.
 - Landlock: the proxy listens on a loopback TCP port of the host; the runner adds a
   connect rule for that port (the only TCP connect the ruleset allows).
 """
 from __future__ import annotations
 
-import os
 import sys
 
 from .errors import Refusal, one_line
 
-FORWARD_PORT = 3128
-"""The forwarder's port on the sandbox's own loopback (bwrap): a private namespace, so any
+SANDBOX_PORT = 3128
+"""The proxy's port on the sandbox's own loopback (bwrap): a private namespace, so any
 fixed port serves."""
 
 _MAX_LINES = 20
@@ -45,16 +45,33 @@ def proxy_env(port: int) -> dict:
 class ProxyRun:
     """The running proxy of one run, and what the sandbox needs to reach it."""
 
-    def __init__(self, proxy, folder: str, port: int, at: str, unix_path: str):
+    def __init__(self, proxy, port: int, at: str, in_sandbox: bool):
         self.proxy = proxy
-        self.folder = folder
         self.port = port
-        """bwrap: the forwarder's port inside; Landlock: the proxy's own loopback port."""
+        """The port the command connects to on 127.0.0.1 (bwrap: inside its own namespace)."""
         self.at = at
-        self.unix_path = unix_path
+        self.in_sandbox = in_sandbox
+        """True: the proxy waits for its listener, made in the sandbox (``listen_in``)."""
         self.refused: list = []
         self.failure = None
         self._stopped = False
+
+    def joiner(self):
+        """The started helper that will make the listener in the sandbox (``proxy_netns``)."""
+        from .proxy_netns import Joiner
+
+        joiner = Joiner()
+        joiner.start()
+        return joiner
+
+    def listen_in(self, joiner, launcher_pid: int, child_pid: int) -> None:
+        """Make the listener in the network namespace of bwrap's child ``child_pid`` and
+        hand it to the proxy. ``proxy_netns.NetnsError`` or OSError when that fails."""
+        lst = joiner.listen_in(launcher_pid, child_pid, self.port)
+        try:
+            self.proxy.give_listener(lst)
+        finally:
+            lst.close()
 
     def stop(self) -> None:
         """Stop the proxy and collect its refusals (once; the runner may call it first: on
@@ -62,21 +79,21 @@ class ProxyRun:
         if self._stopped:
             return
         self._stopped = True
-        try:
-            self.proxy.stop()
-            self.refused = list(self.proxy.refused())
-            self.failure = getattr(self.proxy, "failure", None)
-        finally:
-            try:
-                os.rmdir(self.folder)
-            except OSError:
-                pass
+        self.proxy.stop()
+        self.refused = list(self.proxy.refused())
+        self.failure = getattr(self.proxy, "failure", None)
 
     def finish(self, cwd: str) -> None:
         """Stop the proxy and print one line per refused host (fixed text, sanitised names)."""
         self.stop()
         failure = self.failure
-        lines = [blocked_line(host, port, self.at, cwd, why) for host, port, why in self.refused if host]
+        found = [blocked(host, port, self.at, cwd, why) for host, port, why in self.refused if host]
+        lines = [blocked_text(*b) for b in found]
+        # --format json loaded it (a text run does not): the same refusals as data.
+        status = sys.modules.get(__package__ + ".runstatus")
+        if status is not None and status.current is not None:
+            for b in found:
+                status.current.note_blocked(*b)
         if failure:
             lines.append(f"sbxc: warning: the network proxy stopped serving during the run ({one_line(failure, 200)})")
         for line in lines[:_MAX_LINES]:
@@ -90,10 +107,11 @@ def _safe(text: str) -> str:
     return "".join(ch for ch in str(text) if ch.isascii() and (ch.isalnum() or ch in ".-_:[]*"))[:260]
 
 
-def blocked_line(host: str, port: int, at: str, cwd: str, reason: str = "") -> str:
-    """The feedback line for one refusal. ``host`` and ``port`` come from the proxy's own
-    parse, ``reason`` is the proxy's fixed text (with addresses it printed itself); both
-    are filtered again to name characters, so a command cannot shape the line."""
+def blocked(host: str, port: int, at: str, cwd: str, reason: str = "") -> tuple:
+    """One refusal as (host, port, rule to add, policy place, why). ``host`` and ``port``
+    come from the proxy's own parse, ``reason`` is the proxy's fixed text (with addresses
+    it printed itself); both are filtered again to name characters, so a command cannot
+    shape what is shown."""
     host = _safe(host)
     port = int(port)
     where = at
@@ -112,26 +130,16 @@ def blocked_line(host: str, port: int, at: str, cwd: str, reason: str = "") -> s
                 addr = head.rpartition("(")[2].rstrip(")")
                 why = f"it resolves only to the non-public address {_safe(addr)}, which no rule in {where} names"
             break
+    return host, port, rule, where, why
+
+
+def blocked_text(host: str, port: int, rule: str, _where: str, why: str) -> str:
     return f"sbxc: blocked {host}:{port} ({why}); allow it with \"{rule}\""
 
 
-def _private_folder(backend: str) -> str:
-    """A new 0700 folder for the proxy's socket. bwrap binds it at the same path, so it is
-    made in /tmp (a sticky folder every sandbox can show, or mount over); the other
-    backends use the caller's runtime folder where there is one."""
-    base = "/tmp"
-    if backend != "bwrap":
-        runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-        if runtime.startswith("/") and os.path.isdir(runtime):
-            base = runtime
-    for _ in range(16):
-        name = os.path.join(base, "sbxc-proxy-" + os.urandom(8).hex())
-        try:
-            os.mkdir(name, 0o700)  # fails on an existing name, link or not: never reused
-        except FileExistsError:
-            continue
-        return name
-    raise OSError("could not make a private folder for the proxy's socket")
+def blocked_line(host: str, port: int, at: str, cwd: str, reason: str = "") -> str:
+    """The feedback line for one refusal (``blocked``, worded)."""
+    return blocked_text(*blocked(host, port, at, cwd, reason))
 
 
 def start_proxy(rt: dict, backend: str, env: dict) -> ProxyRun:
@@ -143,26 +151,20 @@ def start_proxy(rt: dict, backend: str, env: dict) -> ProxyRun:
     rules = []
     for host, ports, place, text in section.get("rules", ()):
         rules.append((host, tuple(ports), f"{place}: {text}"))
-    folder = ""
+    in_sandbox = backend == "bwrap"
     try:
-        folder = _private_folder(backend)
-        if backend == "bwrap":
-            unix_path = os.path.join(folder, "proxy.sock")
-            proxy = Proxy(rules, unix_path=unix_path, tcp_host=None)
+        if in_sandbox:
+            # Started now, so that it starts up while bwrap does; it serves once the
+            # runner has handed it the listener made in the sandbox.
+            proxy = Proxy(rules, unix_path=None, tcp_host=None, deferred=True)
             proxy.start()
-            port = FORWARD_PORT
+            port = SANDBOX_PORT
         else:
-            unix_path = ""
             proxy = Proxy(rules, unix_path=None, tcp_host="127.0.0.1")
             proxy.start()
             port = proxy.tcp_address[1]
     except (OSError, ValueError) as e:
-        if folder:
-            try:
-                os.rmdir(folder)
-            except OSError:
-                pass
         raise Refusal(f"the network proxy for the host rules could not start ({one_line(str(e), 200)})",
-                      "check the policy's allow rules (sbxc compile --check) and the temporary folder") from None
+                      "check the policy's allow rules (sbxc compile --check)") from None
     env.update(proxy_env(port))
-    return ProxyRun(proxy, folder, port, section.get("at", ""), unix_path)
+    return ProxyRun(proxy, port, section.get("at", ""), in_sandbox)

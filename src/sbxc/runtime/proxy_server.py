@@ -21,7 +21,7 @@ import time
 
 from . import proxy_match as match
 from . import proxy_proto as proto
-from .proxy_relay import relay
+from .proxy_relay import relay, tunnel
 
 MAX_REFUSALS = 256
 """Distinct refusals kept for the report; further distinct ones are only counted."""
@@ -267,63 +267,12 @@ class Server:
 
     # --- one connection ------------------------------------------------------------
 
-    def _handed_over(self, conn, reader: _Reader):
-        """A client socket handed over on a Unix connection, or None (the Unix client is
-        itself the client; the byte read is left in ``reader``).
-
-        The forwarder inside a bwrap sandbox accepts the command's TCP connection and
-        passes that socket itself (SCM_RIGHTS, after one 0 byte, which no HTTP or SOCKS
-        client sends first), then lets go of it: the proxy relays from the command's own
-        socket, and the bytes cross one relay instead of two. Only a TCP stream socket is
-        taken; anything else ends the connection."""
-        left = reader.deadline - time.monotonic()
-        if left <= 0:
-            raise Timeout
-        conn.settimeout(left)
-        try:
-            data, anc, _flags, _addr = conn.recvmsg(1, _socket.CMSG_SPACE(4))
-        except TimeoutError:
-            raise Timeout from None
-        fds = []
-        for level, kind, payload in anc:
-            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-                fds += [int.from_bytes(payload[i:i + 4], sys.byteorder) for i in range(0, len(payload) - 3, 4)]
-        if not data:
-            for fd in fds:
-                os.close(fd)
-            raise Closed
-        if data != b"\x00" or len(fds) != 1:
-            for fd in fds:
-                os.close(fd)
-            if data == b"\x00":
-                raise Closed
-            reader.buf += data
-            return None
-        try:
-            client = _socket.socket(fileno=fds[0])
-        except OSError:
-            os.close(fds[0])
-            raise Closed from None
-        if client.type != _socket.SOCK_STREAM or client.family not in (_socket.AF_INET, _socket.AF_INET6):
-            client.close()
-            raise Closed
-        with self.lock:
-            self.conns.add(client)  # cut at stop like any connection
-        return client
-
     def _serve_conn(self, conn, busy: bool) -> None:
         upstream = None
-        handed = None
-        own = conn  # the accepted connection, counted against the limits
         try:
             limits = self.limits
             deadline = time.monotonic() + (min(2.0, limits.handshake_timeout) if busy else limits.handshake_timeout)
             reader = _Reader(conn, deadline)
-            if conn.family == _socket.AF_UNIX:
-                handed = self._handed_over(conn, reader)
-                if handed is not None:
-                    conn = handed
-                    reader = _Reader(conn, deadline)
             if conn.family != _socket.AF_UNIX:
                 conn.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             first = reader.first_byte()
@@ -339,11 +288,7 @@ class Server:
         finally:
             if upstream is not None:
                 upstream.close()
-            if handed is not None:
-                with self.lock:
-                    self.conns.discard(handed)
-                handed.close()
-            self._done(own)
+            self._done(conn)
 
     def _http(self, conn, reader: _Reader, busy: bool):
         try:
@@ -367,7 +312,7 @@ class Server:
             conn.sendall(proto.CONNECT_OK)
             if early:
                 upstream.sendall(early)
-            relay(conn, upstream, self.limits.idle_timeout)
+            tunnel(conn, upstream, self.limits.idle_timeout)
         else:
             body = early[:req.body_length]
             upstream.sendall(req.forward_head + body)
@@ -416,7 +361,7 @@ class Server:
         early = reader.rest()
         if early:
             upstream.sendall(early)
-        relay(conn, upstream, self.limits.idle_timeout)
+        tunnel(conn, upstream, self.limits.idle_timeout)
         return upstream
 
     # --- the decision and the connection -------------------------------------------

@@ -45,6 +45,10 @@ It must not start any process; the core (``sbxc.runtime.launch``) forks once and
 - ``signal_target``: ``None`` or a callable returning the process group that forwarded
   signals should go to (the command's, inside the sandbox), or ``None`` when not known
   yet; signals then go to the child process itself.
+- ``launched``: ``None`` or ``(pid) -> None``, called once ``argv`` was exec'd (``pid``:
+  the child's), before its stderr is relayed: bwrap waits on ``--block-fd`` until the
+  runner has put the proxy's listener into its network namespace. It never raises; a
+  failure it met is for ``setup_failed`` to report. Called before ``release``.
 - ``deliver``: ``None`` or ``(signum, child_pid) -> None``, which then forwards each
   signal itself (OCI: the command is pid 1 of its PID namespace, see ``oci_run``).
 - ``release``: ``None`` or a callable that lets the started child go on to the command,
@@ -70,11 +74,12 @@ docs/runtime.md has the same protocol as a table.
 class LaunchSpec:
     __slots__ = ("argv", "env", "pass_fds", "child_setup", "exec_is_command", "started",
                  "setup_failed", "command_status", "cleanups", "own_pgrp", "signal_target", "after_exit",
-                 "deliver", "release")
+                 "deliver", "release", "launched")
 
     def __init__(self, argv, env, pass_fds=(), child_setup=None, exec_is_command=False,
                  started=None, setup_failed=None, command_status=None, cleanups=None,
-                 own_pgrp=False, signal_target=None, after_exit=None, deliver=None, release=None):
+                 own_pgrp=False, signal_target=None, after_exit=None, deliver=None, release=None,
+                 launched=None):
         self.argv = list(argv)
         self.env = env
         self.pass_fds = tuple(pass_fds)
@@ -89,6 +94,7 @@ class LaunchSpec:
         self.after_exit = after_exit
         self.deliver = deliver
         self.release = release
+        self.launched = launched
 
 
 class Context:

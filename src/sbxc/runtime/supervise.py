@@ -324,6 +324,8 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
         os.close(rep_r)
         if spawned and report and not report.startswith((b"exec:", b"refused:")):
             report = _spawn_report(report, spec.argv[0])
+        if pid and not report and spec.launched is not None:
+            spec.launched(pid)
         if spec.release is not None and pid and not report:
             try:
                 if before_release is not None:
@@ -419,6 +421,9 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
             lines = feedback(rc, scan)
             if lines:
                 _write_all(2, lines.encode("utf-8", "replace"))
+                note = getattr(sys.stderr, "sbxc_note", None)
+                if note is not None:
+                    note(lines)  # --format json: the run status keeps sbxc's own lines
         return rc
     finally:
         if old_wakeup is not None:
