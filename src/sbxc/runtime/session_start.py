@@ -1,18 +1,19 @@
 """Starting and ending sessions: a workspace from the warm pool or a fresh copy, staged
 files, quotas, snapshots, and the pool's background refill (store layout: ``sessions``).
 
-The pool holds ready copies per source: ``p-<project id>`` for a project,
+The pool holds ready copies per source: ``p-<hash of the project's path>`` for a project,
 ``n-<snapshot uid>`` for a snapshot. A snapshot never changes, so its copies stay good
-while it exists. A project's copy is taken only when ``session_copy.project_unchanged``
-says every entry of the project is as the copy recorded it; any other answer (an entry
-changed, gone, added, too recent for its stat to tell, unreadable) means a fresh copy
-and the stale one is removed.
+while it exists. A project's copy is taken only when the pool's keeper
+(``session_keeper``), which has watched the project since before it verified or made that
+copy, vouches for it; without that answer, only when ``session_copy.project_unchanged``
+says every entry of the project is as the copy recorded it. Any other answer (an entry
+changed, gone, added, too recent for its stat to tell, unreadable) means a fresh copy and
+the stale one is removed.
 """
 from __future__ import annotations
 
 import os
 
-from ..cache import project_id
 from . import session_copy as sc
 from .sessions import (SESSION_PREFIX, SNAPSHOT_PREFIX, SessionError, StoreLock, new_id, open_session, read_manifest,
                        read_meta, remove_entry, sessions_dir, sessions_of, size_of, try_lock, valid_name,
@@ -46,15 +47,21 @@ def _path(store: str, *names) -> str:
 # ------------------------------------------------------------------ the pool
 
 def pool_key(project: str, snapshot_uid: str = "") -> str:
-    return f"n-{snapshot_uid}" if snapshot_uid else f"p-{project_id(project)}"
+    if snapshot_uid:
+        return f"n-{snapshot_uid}"
+    try:
+        from _sha256 import sha256  # the C module alone: hashlib costs the start milliseconds
+    except ImportError:
+        from hashlib import sha256
+    return "p-" + sha256(project.encode("utf-8", "surrogateescape")).hexdigest()[:24]
 
 
-def _make_ready(store_fd: int, store: str, key: str, source: dict, environ) -> bool:
-    """One ready copy in ``pool/<key>``: made under a locked temporary name, renamed
-    into place only when complete."""
+def _make_ready(store_fd: int, store: str, key: str, source: dict, environ, name: str = "") -> bool:
+    """One ready copy in ``pool/<key>`` (``e-<name>``): made under a locked temporary name,
+    renamed into place only when complete."""
     key_fd = _pool_key_open(store_fd, key)
     try:
-        tmp = "t-" + new_id()
+        tmp = "t-" + (name or new_id())
         fd = _mkdir_open(key_fd, tmp)
         try:
             try_lock(fd)
@@ -62,8 +69,8 @@ def _make_ready(store_fd: int, store: str, key: str, source: dict, environ) -> b
             started = sc.now_ns()
             sc.copy_tree(source["src"], base + "/ws", environ)
             if source.get("snapshot"):
-                manifest = sc.record(source["project"], base + "/ws", started, source["manifest"], source["src"],
-                                     int(source.get("ready_ns", 0)))
+                manifest = sc.record(source["project"], base + "/ws", started, _base_manifest(store_fd, source),
+                                     source["src"], int(source.get("ready_ns", 0)))
             else:
                 manifest = sc.record(source["project"], base + "/ws", started)
             write_manifest(fd, manifest)
@@ -91,6 +98,19 @@ def _ready_entries(store_fd: int, key: str) -> list:
         os.close(fd)
 
 
+def _complete_entries(key_fd: int) -> list:
+    """The ready copies of ``key_fd`` that still hold their workspace and manifest; the
+    ones a start has emptied are removed on the way."""
+    out = []
+    with os.scandir(key_fd) as it:
+        names = sorted(e.name for e in it if e.name.startswith("e-"))
+    for name in names:
+        has = [os.path.lexists(f"/proc/self/fd/{key_fd}/{name}/{part}") for part in ("ws", "manifest")]
+        if all(has):
+            out.append(name)
+        elif not has[0]:
+            remove_entry(key_fd, name)
+    return out
 def _reap_pool(store_fd: int, key: str) -> None:
     """Remove copies whose maker is gone before it finished (unlocked ``t-``) and entries
     a start has emptied (``e-`` without its workspace)."""
@@ -122,73 +142,128 @@ def _reap_pool(store_fd: int, key: str) -> None:
         os.close(key_fd)
 
 
-def take_ready(store_fd: int, key: str, source: dict, into_fd: int) -> dict | None:
-    """Move a good ready copy's workspace into the session folder ``into_fd``: its
-    manifest, or None when there is none (a stale one is removed on the way). The emptied
-    entry is left for the refill to remove (``_reap_pool``): the caller does not wait for it."""
-    for name in _ready_entries(store_fd, key):
+def _claim(fd: int, into_fd: int) -> bool:
+    """Move a ready copy (folder ``fd``) into the session folder ``into_fd``. The manifest
+    goes first: of two starts racing for one copy, the one that got it takes the
+    workspace too, and a copy without its manifest is never taken. Both are renames
+    within one file system: the whole copy moves at once, whatever its size."""
+    try:
+        os.rename("manifest", "manifest", src_dir_fd=fd, dst_dir_fd=into_fd)
+    except FileNotFoundError:
+        return False
+    try:
+        os.rename("ws", "ws", src_dir_fd=fd, dst_dir_fd=into_fd)
+    except FileNotFoundError:
+        os.unlink("manifest", dir_fd=into_fd)
+        return False
+    return True
+
+
+def take_ready(store_fd: int, key: str, source: dict, into_fd: int, size: int = 1):
+    """Move a good ready copy into the session folder ``into_fd``: (how it was found good
+    or "" when none was taken, whether a keeper answered); how: ``keeper`` (vouched for),
+    ``entries`` (the full check), ``snapshot`` (a snapshot's copy, which needs none). A copy the keeper vouches for is taken as it is; any other is taken only
+    after the full check, and removed when that fails. The emptied entry is left for the
+    refill to remove: the caller does not wait for it."""
+    names = _ready_entries(store_fd, key)
+    if not names:
+        return "", False
+    vouched, conn = set(), None
+    kfd = -1
+    if not source.get("snapshot"):
+        from .session_keeper import ask
+
         try:
-            fd = os.open(f"{POOL}/{key}/{name}", _RD, dir_fd=store_fd)
+            kfd = os.open(f"{POOL}/{key}", _RD, dir_fd=store_fd)
         except OSError:
-            continue
-        try:
+            return "", False
+        conn, vouched = ask(kfd, size)
+        vouched = vouched or set()
+    took = False
+    try:
+        for name in names:
             try:
-                manifest = read_manifest(fd)
-                meta = read_meta(fd)
-            except FileNotFoundError:
-                continue  # taken by another start a moment ago
-            except (OSError, ValueError, EOFError, TypeError):
-                manifest, meta = None, {}
-            good = manifest is not None and meta.get("project") == source["project"] and (
-                source.get("snapshot") or sc.project_unchanged(source["project"], manifest))
-            if good:
+                fd = os.open(f"{POOL}/{key}/{name}", _RD, dir_fd=store_fd)
+            except OSError:
+                continue
+            try:
                 try:
-                    # A rename within one file system: the whole copy moves at once, whatever
-                    # its size; of two starts racing for it, one gets it, the other goes on.
-                    os.rename("ws", "ws", src_dir_fd=fd, dst_dir_fd=into_fd)
+                    meta = read_meta(fd)
+                    how = "snapshot" if source.get("snapshot") else "keeper" if name in vouched else "entries"
+                    if meta.get("project") != source["project"]:
+                        good = False
+                    elif how != "entries":
+                        good = True
+                    else:
+                        good = sc.project_unchanged(source["project"], read_manifest(fd))
                 except FileNotFoundError:
+                    continue  # taken by another start a moment ago
+                except (OSError, ValueError, EOFError, TypeError):
+                    good = False
+                if good:
+                    if _claim(fd, into_fd):
+                        took = True
+                        return how, conn is not None
                     continue
-                try:
-                    os.rename("manifest", "manifest", src_dir_fd=fd, dst_dir_fd=into_fd)
-                except OSError:
-                    write_manifest(into_fd, manifest)
-                return manifest
-        finally:
-            os.close(fd)
-        kfd = os.open(f"{POOL}/{key}", _RD, dir_fd=store_fd)
-        try:
-            remove_entry(kfd, name)
-        finally:
+            finally:
+                os.close(fd)
+            pfd = os.open(f"{POOL}/{key}", _RD, dir_fd=store_fd)
+            try:
+                remove_entry(pfd, name)
+            finally:
+                os.close(pfd)
+        return "", conn is not None
+    finally:
+        if conn is not None:
+            from .session_keeper import done
+
+            done(conn, took)
+        if kfd >= 0:
             os.close(kfd)
-    return None
 
 
 def refill(key: str, source: dict, size: int, environ, started_fd: int = -1) -> None:
-    """Bring ``pool/<key>`` up to ``size`` ready copies (in the background). One refill per
-    pool at a time: it holds ``pool/<key>/refill.lock`` while it works, and a second one
-    that finds it held leaves the work to the first, which counts again after each copy.
-    ``started_fd``: written to (and closed) once the lock is decided, so the caller knows
-    the refill is under way (or not needed) when it returns."""
+    """Bring ``pool/<key>`` up to ``size`` ready copies (in the background), and for a
+    project keep it current (``session_keeper``) until it has been idle for a while. One
+    refill per pool at a time: it holds ``pool/<key>/refill.lock`` while it lives, and one
+    that finds it held leaves the work to the first (a keeper counts again after every
+    question and every second). ``pool/<key>/busy.lock`` is held while copies are made or
+    checked. ``started_fd``: written to (and closed) once the locks are decided, so the
+    caller knows the refill is under way (or not needed) when it returns."""
     from .sessions import open_store
 
     store_fd = open_store(environ)
-    lock_fd = -1
+    lock_fd = busy_fd = key_fd = -1
     try:
         key_fd = _pool_key_open(store_fd, key)
-        try:
-            lock_fd = os.open("refill.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+        lock_fd = os.open("refill.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                          dir_fd=key_fd)
+        mine = try_lock(lock_fd)
+        if mine:
+            import fcntl
+
+            busy_fd = os.open("busy.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                               dir_fd=key_fd)
-            mine = try_lock(lock_fd)
-            if started_fd >= 0:
-                os.write(started_fd, b"1")
-                os.close(started_fd)
-                started_fd = -1
-            if not mine:
-                return
+            fcntl.flock(busy_fd, fcntl.LOCK_EX)
             # What `session list` shows beside the copies: the size the policy asks for.
             write_meta(key_fd, {"pool": size, "source": source.get("snapshot") or source["project"]})
-        finally:
-            os.close(key_fd)
+        if started_fd >= 0:
+            os.write(started_fd, b"1")
+            os.close(started_fd)
+            started_fd = -1
+        if not mine:
+            return
+        source = dict(source)
+        if not source.get("method"):
+            source["method"] = sc.method(source["src"], sessions_dir(environ))
+        if not source.get("snapshot"):
+            from .session_keeper import GiveUp, write_note
+
+            try:
+                _keep(store_fd, key_fd, busy_fd, key, source, size, environ)
+                return
+            except GiveUp as e:
+                write_note(key_fd, state="gave up", why=e.args[0])
         _reap_pool(store_fd, key)
         store = sessions_dir(environ)
         for _ in range(size + 2):
@@ -196,11 +271,45 @@ def refill(key: str, source: dict, size: int, environ, started_fd: int = -1) -> 
                 break
             _make_ready(store_fd, store, key, source, environ)
     finally:
-        if started_fd >= 0:
-            os.close(started_fd)
-        if lock_fd >= 0:
-            os.close(lock_fd)
+        for fd in (started_fd, busy_fd, lock_fd, key_fd):
+            if fd >= 0:
+                os.close(fd)
         os.close(store_fd)
+
+
+def _keep(store_fd: int, key_fd: int, busy_fd: int, key: str, source: dict, size: int, environ) -> None:
+    """The project pool's keeper (``session_keeper.Keeper``), on this pool's operations."""
+    from .session_keeper import Keeper
+
+    store = sessions_dir(environ)
+    project = source["project"]
+
+    def verify(name: str) -> bool:
+        try:
+            fd = os.open(name, _RD, dir_fd=key_fd)
+        except OSError:
+            return False
+        try:
+            ok = read_meta(fd).get("project") == project and sc.project_unchanged(project, read_manifest(fd))
+        except (OSError, ValueError, EOFError, TypeError):
+            ok = False
+        finally:
+            os.close(fd)
+        if not ok:
+            remove_entry(key_fd, name)
+        return ok
+
+    _reap_pool(store_fd, key)
+    k = Keeper(key_fd, busy_fd, project, size, lambda name: _make_ready(store_fd, store, key, source, environ, name),
+               verify, lambda: _complete_entries(key_fd))
+    try:
+        try:
+            k.arm()  # under the busy lock the refill took
+        finally:
+            k.busy(False)
+        k.run()
+    finally:
+        k.close()
 
 
 def refill_in_background(key: str, source: dict, size: int, environ) -> None:
@@ -240,7 +349,8 @@ def refill_in_background(key: str, source: dict, size: int, environ) -> None:
 
 
 def refill_running(store_fd: int) -> bool:
-    """Whether any pool's refill is at work (its lock held)."""
+    """Whether any pool's refill is at work: making or checking copies (its busy lock
+    held). A keeper that only watches does not count."""
     try:
         pfd = os.open(POOL, _RD, dir_fd=store_fd)
     except FileNotFoundError:
@@ -248,7 +358,7 @@ def refill_running(store_fd: int) -> bool:
     try:
         for key in os.listdir(pfd):
             try:
-                fd = os.open(f"{key}/refill.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+                fd = os.open(f"{key}/busy.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
             except OSError:
                 continue
             try:
@@ -311,14 +421,17 @@ def _quota_sessions(store_fd: int, project: str, limit) -> None:
 
 
 def start(project: str, settings: dict, environ, from_snapshot: str = "", stage=(), policy: str = "") -> dict:
-    """Make a session of ``project`` (a real path): returns {id, method, source, workspace}.
+    """Make a session of ``project`` (a real path): returns {id, method, source, workspace,
+    pool_check} (pool_check: how a ready copy was found current, ``take_ready``; "" for a
+    fresh copy).
     ``settings``: the plan's ``runtime.workspace`` (quotas, pool, policy staging)."""
     from .sessions import open_store
 
     store_fd = open_store(environ)
     store = sessions_dir(environ)
     try:
-        source = {"project": project, "src": project, "method": sc.method(project, store)}
+        # How a copy is made (``method`` reads the mount table) is asked only when one is.
+        source = {"project": project, "src": project}
         if from_snapshot:
             source.update(_snapshot_source(store_fd, store, from_snapshot, project))
         sid = new_id()
@@ -333,14 +446,18 @@ def start(project: str, settings: dict, environ, from_snapshot: str = "", stage=
             write_meta(fd, meta)
         try:
             key = pool_key(project, source.get("uid", ""))
-            manifest = take_ready(store_fd, key, source, fd)
-            how = "pool" if manifest is not None else source["method"]
-            if manifest is None:
+            size = int(settings.get("pool", 1) or 0)
+            taken, kept = take_ready(store_fd, key, source, fd, size)
+            checked = taken
+            if not taken:
+                source["method"] = sc.method(project, store)
+            how = "pool" if taken else source["method"]
+            if not taken:
                 started = sc.now_ns()
                 sc.copy_tree(source["src"], f"{store}/{name}/ws", environ)
                 if from_snapshot:
-                    manifest = sc.record(project, f"{store}/{name}/ws", started, source["manifest"], source["src"],
-                                         int(source.get("ready_ns", 0)))
+                    manifest = sc.record(project, f"{store}/{name}/ws", started, _base_manifest(store_fd, source),
+                                         source["src"], int(source.get("ready_ns", 0)))
                 else:
                     manifest = sc.record(project, f"{store}/{name}/ws", started)
                 write_manifest(fd, manifest)
@@ -352,8 +469,11 @@ def start(project: str, settings: dict, environ, from_snapshot: str = "", stage=
             remove_entry(store_fd, name)
             raise
         os.close(fd)
-        refill_in_background(key, source, int(settings.get("pool", 1) or 0), environ)
-        return {"id": sid, "method": how, "source": from_snapshot or project, "workspace": f"{store}/{name}/ws"}
+        if not kept:
+            # A keeper that answered refills the pool itself once this start hangs up.
+            refill_in_background(key, source, size, environ)
+        return {"id": sid, "method": how, "source": from_snapshot or project, "workspace": f"{store}/{name}/ws",
+                "pool_check": checked}
     finally:
         os.close(store_fd)
 
@@ -370,10 +490,22 @@ def _snapshot_source(store_fd: int, store: str, name: str, project: str) -> dict
         if meta.get("project") != project:
             raise SessionError(f"snapshot {name} is of another project ({meta.get('project')})",
                                "start it with that project's policy")
-        return {"snapshot": name, "uid": meta.get("uid", ""), "manifest": read_manifest(fd),
-                "src": f"{store}/{SNAPSHOT_PREFIX}{name}/ws", "ready_ns": meta.get("ready_ns", "0")}
+        return {"snapshot": name, "uid": meta.get("uid", ""), "src": f"{store}/{SNAPSHOT_PREFIX}{name}/ws",
+                "ready_ns": meta.get("ready_ns", "0")}
     finally:
         os.close(fd)
+
+
+def _base_manifest(store_fd: int, source: dict) -> dict:
+    """The snapshot's manifest, read when a copy of it is made (a start served by the pool
+    does not need it)."""
+    if "manifest" not in source:
+        fd = os.open(SNAPSHOT_PREFIX + source["snapshot"], _RD, dir_fd=store_fd)
+        try:
+            source["manifest"] = read_manifest(fd)
+        finally:
+            os.close(fd)
+    return source["manifest"]
 
 
 def stop(sid: str, environ, snapshot: str = "", max_bytes=None) -> dict:
@@ -444,7 +576,10 @@ def drop_snapshot(name: str, environ) -> None:
 
 
 def pool_status(store_fd: int) -> dict:
-    """{key: (ready copies, bytes, the pool size asked for, its source)}."""
+    """{key: (ready copies, bytes, the pool size asked for, its source, keeper)}; keeper:
+    ``session_keeper.note`` (watching, gave up and why, none), "" for a snapshot's pool."""
+    from .session_keeper import note
+
     out = {}
     try:
         pfd = os.open(POOL, _RD, dir_fd=store_fd)
@@ -458,7 +593,8 @@ def pool_status(store_fd: int) -> dict:
             try:
                 ready = [n for n in os.listdir(kfd) if n.startswith("e-") and os.path.lexists(f"/proc/self/fd/{kfd}/{n}/ws")]
                 meta = read_meta(kfd)
-                out[key] = (len(ready), size_of(pfd, key), meta.get("pool", "?"), meta.get("source", ""))
+                out[key] = (len(ready), size_of(pfd, key), meta.get("pool", "?"), meta.get("source", ""),
+                            note(kfd) if key.startswith("p-") else {})
             finally:
                 os.close(kfd)
     finally:
