@@ -180,6 +180,8 @@ def take_ready(store_fd: int, key: str, source: dict, into_fd: int, size: int = 
         conn, vouched = ask(kfd, size)
         vouched = vouched or set()
     took = False
+    # The copies the keeper vouches for first: any other costs the full check.
+    names = [n for n in names if n in vouched] + [n for n in names if n not in vouched]
     try:
         for name in names:
             try:
@@ -264,6 +266,9 @@ def refill(key: str, source: dict, size: int, environ, started_fd: int = -1) -> 
                 return
             except GiveUp as e:
                 write_note(key_fd, state="gave up", why=e.args[0])
+                import fcntl
+
+                fcntl.flock(busy_fd, fcntl.LOCK_EX)  # the keeper let it go: copies are made again
         _reap_pool(store_fd, key)
         store = sessions_dir(environ)
         for _ in range(size + 2):
@@ -335,6 +340,7 @@ def refill_in_background(key: str, source: dict, size: int, environ) -> None:
     try:
         os.close(r)
         os.setsid()
+        os.chdir("/")  # a keeper lives for a while: it must not hold the caller's folder
         if os.fork():
             os._exit(0)
         null = os.open(os.devnull, os.O_RDWR)
