@@ -129,6 +129,7 @@ def test_unchanged_project_is_served_on_the_keepers_word(pool):
     assert [(p["ready"], p["keeper"]) for p in lst] == [(1, "watching")], lst
     text = pool.sbxc("session", "list").out
     assert "a keeper watches the project" in text, text
+    assert "keeper watches the project" in pool.sbxc("doctor").out
 
 
 def _edit(p, o):
@@ -314,3 +315,36 @@ def test_the_keeper_gives_up_past_its_watch_budget(proj, monkeypatch):
         assert w.changed()
     finally:
         w.close()
+
+
+def test_a_keeper_that_gives_up_says_why_and_the_pool_still_checks(pool, proj):
+    """A project the keeper cannot watch soundly: a mount inside it (as root), or an entry
+    it may not watch (unprivileged: a FIFO of mode 000, which cp copies without reading)."""
+    import subprocess
+
+    where = os.path.join(proj, "inside")
+    if os.getuid() == 0:
+        os.mkdir(where)
+        subprocess.run(["mount", "-t", "tmpfs", "sbxc-test", where], check=True)
+        why = "another file system"
+    else:
+        os.mkfifo(where, 0o000)
+        why = "cannot be watched"
+    try:
+        first = pool.start()
+        assert first["method"] in ("copy", "reflink"), first
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            lst = json.loads(pool.sbxc("session", "list", "--format", "json").out)["pool"]
+            if lst and lst[0]["keeper"] == "gave up" and lst[0]["ready"] == 1:
+                break
+            time.sleep(0.1)
+        assert lst[0]["keeper"] == "gave up" and why in lst[0]["keeper_why"], lst
+        assert "the keeper gave up" in pool.sbxc("session", "list").out
+        assert "keeper gave up" in pool.sbxc("doctor").out
+        # Without a keeper's word the pool is still used, after the full check.
+        got = pool.start()
+        assert got["method"] == "pool" and got["pool_check"] == "entries", got
+    finally:
+        if os.getuid() == 0:
+            subprocess.run(["umount", where], check=True)

@@ -606,3 +606,24 @@ def pool_status(store_fd: int) -> dict:
     finally:
         os.close(pfd)
     return out
+
+
+def keeper_state(project: str, environ) -> dict:
+    """``session_keeper.note`` for ``project``'s pool ({} when it has none): for ``doctor``."""
+    from .session_keeper import note
+    from .sessions import open_store
+
+    try:
+        store_fd = open_store(environ, create=False)
+    except SessionError:
+        return {}
+    try:
+        kfd = os.open(f"{POOL}/{pool_key(project)}", _RD, dir_fd=store_fd)
+    except OSError:
+        return {}
+    finally:
+        os.close(store_fd)
+    try:
+        return note(kfd)
+    finally:
+        os.close(kfd)
