@@ -348,3 +348,28 @@ def test_a_keeper_that_gives_up_says_why_and_the_pool_still_checks(pool, proj):
     finally:
         if os.getuid() == 0:
             subprocess.run(["umount", where], check=True)
+
+
+def test_the_answer_reads_the_event_queue_first(proj, tmp_path):
+    """The keeper reads its queue dry when a question comes, not only when its loop gets
+    to it: a change whose system call returned before the question is in the answer."""
+    import fcntl
+
+    from sbxc.runtime.session_keeper import Keeper
+
+    key = tmp_path / "key"
+    key.mkdir(mode=0o700)
+    kfd = os.open(key, os.O_RDONLY | os.O_DIRECTORY)
+    busy = os.open(key / "busy.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(busy, fcntl.LOCK_EX)
+    k = Keeper(kfd, busy, proj, 1, make=None, verify=lambda name: True, entries=lambda: ["e-x"])
+    try:
+        k.arm()
+        assert k.vouched == {"e-x"} and k.clean_now()
+        with open(os.path.join(proj, "src", "deep", "mod.py"), "a") as f:
+            f.write("# later\n")
+        assert not k.clean_now() and k.vouched == set()
+    finally:
+        k.close()
+        os.close(busy)
+        os.close(kfd)
