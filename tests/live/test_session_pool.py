@@ -373,3 +373,25 @@ def test_the_answer_reads_the_event_queue_first(proj, tmp_path):
         k.close()
         os.close(busy)
         os.close(kfd)
+
+
+def test_a_pool_start_loads_neither_the_compiler_nor_heavy_modules(pool, home):
+    """A start served by the keeper from a cached plan: no compiler, YAML, Lark, json, re,
+    hashlib, subprocess or ctypes (each costs the start milliseconds)."""
+    import sys
+
+    from conftest import PYTHON, SRC
+
+    pool.filled()
+    code = ("import io, sys\n"
+            f"sys.path.insert(0, {SRC!r})\n"
+            "sys.argv = ['sbxc', 'session', 'start', '--format', 'json']\n"
+            "from sbxc.cli import main\n"
+            "out, sys.stdout = sys.stdout, io.StringIO()\n"
+            "rc = main()\n"
+            "got, sys.stdout = sys.stdout.getvalue(), out\n"
+            "heavy = sorted(m for m in sys.modules if m.startswith('sbxc.compiler') or m.split('.')[0] in\n"
+            "               ('yaml', 'lark', 'json', 're', 'hashlib', 'subprocess', 'ctypes', 'socket'))\n"
+            "print(rc, heavy, got.count('\"keeper\"'))\n")
+    r = run([PYTHON, "-IS", "-c", code], env=base_env(home), cwd=pool.project, timeout=120)
+    assert r.rc == 0 and r.out.split() == ["0", "[]", "1"], (r, sys.executable)
