@@ -78,7 +78,7 @@ def wait_pool(root: str, want: int = 1, timeout: float = 600) -> None:
 
 
 def stop_keepers(root: str) -> None:
-    from sbxc.runtime.session_keeper import stop_keepers as stop
+    from sbxc.runtime.session_ask import stop_keepers as stop
 
     if os.path.isdir(f"{root}/sessions"):
         fd = os.open(f"{root}/sessions", os.O_RDONLY | os.O_DIRECTORY)

@@ -24,7 +24,7 @@ def own_root(tmp_path, monkeypatch):
     root = tmp_path / "sbxc-root"
     monkeypatch.setenv("SBXC_ROOT", str(root))
     yield str(root)
-    from sbxc.runtime.session_keeper import stop_keepers
+    from sbxc.runtime.session_ask import stop_keepers
     from sbxc.runtime.session_start import refill_running
     from sbxc.runtime.sessions import open_store
     from sbxc.runtime.trees import remove_path
@@ -76,7 +76,7 @@ class Pool:
 
     def ask(self):
         """The keeper's answer now: the set of ready copies it vouches for, or None."""
-        from sbxc.runtime.session_keeper import ask, done
+        from sbxc.runtime.session_ask import ask, done
 
         fd = self.key_fd()
         try:
@@ -248,7 +248,7 @@ def test_a_change_to_a_symlinks_target_outside_is_no_change(pool, proj, tmp_path
 
 
 def test_the_keepers_socket_is_the_owners_only(pool):
-    from sbxc.runtime.session_keeper import SOCK
+    from sbxc.runtime.session_ask import SOCK
 
     pool.filled()
     fd = pool.key_fd()
@@ -271,7 +271,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_the_keeper_leaves_when_its_pool_is_removed(pool):
-    from sbxc.runtime.session_keeper import _read_note
+    from sbxc.runtime.session_ask import _read_note
     from sbxc.runtime.trees import remove_tree
 
     pool.filled()

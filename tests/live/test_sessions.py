@@ -31,7 +31,7 @@ def own_root(tmp_path, monkeypatch):
     root = tmp_path / "sbxc-root"
     monkeypatch.setenv("SBXC_ROOT", str(root))
     yield str(root)
-    from sbxc.runtime.session_keeper import stop_keepers
+    from sbxc.runtime.session_ask import stop_keepers
     from sbxc.runtime.session_start import refill_running
     from sbxc.runtime.sessions import open_store
     from sbxc.runtime.trees import remove_path

@@ -171,7 +171,7 @@ def take_ready(store_fd: int, key: str, source: dict, into_fd: int, size: int = 
     vouched, conn = set(), None
     kfd = -1
     if not source.get("snapshot"):
-        from .session_keeper import ask
+        from .session_ask import ask
 
         try:
             kfd = os.open(f"{POOL}/{key}", _RD, dir_fd=store_fd)
@@ -217,7 +217,7 @@ def take_ready(store_fd: int, key: str, source: dict, into_fd: int, size: int = 
         return "", conn is not None
     finally:
         if conn is not None:
-            from .session_keeper import done
+            from .session_ask import done
 
             done(conn, took)
         if kfd >= 0:
@@ -259,7 +259,8 @@ def refill(key: str, source: dict, size: int, environ, started_fd: int = -1) -> 
         if not source.get("method"):
             source["method"] = sc.method(source["src"], sessions_dir(environ))
         if not source.get("snapshot"):
-            from .session_keeper import GiveUp, write_note
+            from .session_ask import write_note
+            from .session_keeper import GiveUp
 
             try:
                 _keep(store_fd, key_fd, busy_fd, key, source, size, environ)
@@ -584,7 +585,7 @@ def drop_snapshot(name: str, environ) -> None:
 def pool_status(store_fd: int) -> dict:
     """{key: (ready copies, bytes, the pool size asked for, its source, keeper)}; keeper:
     ``session_keeper.note`` (watching, gave up and why, none), "" for a snapshot's pool."""
-    from .session_keeper import note
+    from .session_ask import note
 
     out = {}
     try:
@@ -610,7 +611,7 @@ def pool_status(store_fd: int) -> dict:
 
 def keeper_state(project: str, environ) -> dict:
     """``session_keeper.note`` for ``project``'s pool ({} when it has none): for ``doctor``."""
-    from .session_keeper import note
+    from .session_ask import note
     from .sessions import open_store
 
     try:
