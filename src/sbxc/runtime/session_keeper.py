@@ -43,7 +43,7 @@ check.
 
 Talking to it (``session_ask``, the start's side): a Unix stream socket ``pool/<key>/keeper.sock``, in the 0700 pool folder
 of the sessions store (reached through the store's checked descriptor, never through a
-path that could be swapped), mode 0600; each side checks that the other runs as its own
+path that could be swapped), mode 0700 (owner only); each side checks that the other runs as its own
 uid (``SO_PEERCRED``). A question is ``ask <mount namespace> <pool size>``; the answer is
 ``clean NAME...`` (the ready copies vouched for) or ``dirty``. The asker that took a copy
 says ``took`` or just closes; either way the keeper counts its copies again and refills.
@@ -446,7 +446,7 @@ def _unlink(key_fd: int) -> None:
 
 
 def listen(key_fd: int):
-    """The keeper's socket, 0600 (a 0077 umask around ``bind``), in the 0700 pool folder."""
+    """The keeper's socket, owner only (0700: a 0077 umask around ``bind``), in the 0700 pool folder."""
     import _socket
 
     _unlink(key_fd)
