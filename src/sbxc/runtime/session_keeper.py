@@ -41,10 +41,10 @@ It gives up (and says why in ``pool/<key>/keeper``, which ``session list`` shows
 project cannot be watched: then the pool works as without it, every start doing the full
 check.
 
-Talking to it (``session_ask``, the start's side): a Unix stream socket ``pool/<key>/keeper.sock``, in the 0700 pool folder
-of the sessions store (reached through the store's checked descriptor, never through a
-path that could be swapped), mode 0700 (owner only); each side checks that the other runs as its own
-uid (``SO_PEERCRED``). A question is ``ask <mount namespace> <pool size>``; the answer is
+Talking to it (``session_ask``, the start's side): a Unix stream socket
+``pool/<key>/keeper.sock`` in the 0700 pool folder of the sessions store (reached through
+the store's checked descriptor, never through a path that could be swapped), mode 0700
+(owner only); each side checks that the other runs as its own uid (``SO_PEERCRED``). A question is ``ask <mount namespace> <pool size>``; the answer is
 ``clean NAME...`` (the ready copies vouched for) or ``dirty``. The asker that took a copy
 says ``took`` or just closes; either way the keeper counts its copies again and refills.
 """

@@ -162,9 +162,10 @@ def _claim(fd: int, into_fd: int) -> bool:
 def take_ready(store_fd: int, key: str, source: dict, into_fd: int, size: int = 1):
     """Move a good ready copy into the session folder ``into_fd``: (how it was found good
     or "" when none was taken, whether a keeper answered); how: ``keeper`` (vouched for),
-    ``entries`` (the full check), ``snapshot`` (a snapshot's copy, which needs none). A copy the keeper vouches for is taken as it is; any other is taken only
-    after the full check, and removed when that fails. The emptied entry is left for the
-    refill to remove: the caller does not wait for it."""
+    ``entries`` (the full check), ``snapshot`` (a snapshot's copy, which needs none). A
+    copy the keeper vouches for is taken as it is; any other only after the full check,
+    and removed when that fails. The emptied entry is left for the refill to remove: the
+    caller does not wait for it."""
     names = _ready_entries(store_fd, key)
     if not names:
         return "", False
