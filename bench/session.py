@@ -55,7 +55,7 @@ def timed(argv, env, cwd) -> tuple[float, str]:
 
 def wait_pool(root: str, want: int = 1, timeout: float = 600) -> None:
     """Until no refill is at work and ``want`` ready copies exist (in all pools)."""
-    from sbxc.runtime.session_start import refill_running
+    from sbxc.runtime.session_pool import refill_running
 
     pool = f"{root}/sessions/pool"
     deadline = time.time() + timeout

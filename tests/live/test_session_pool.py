@@ -25,7 +25,7 @@ def own_root(tmp_path, monkeypatch):
     monkeypatch.setenv("SBXC_ROOT", str(root))
     yield str(root)
     from sbxc.runtime.session_ask import stop_keepers
-    from sbxc.runtime.session_start import refill_running
+    from sbxc.runtime.session_pool import refill_running
     from sbxc.runtime.sessions import open_store
     from sbxc.runtime.trees import remove_path
 
@@ -64,7 +64,7 @@ class Pool:
         return json.loads(r.out)
 
     def key_fd(self) -> int:
-        from sbxc.runtime.session_start import POOL, pool_key
+        from sbxc.runtime.session_pool import POOL, pool_key
         from sbxc.runtime.sessions import open_store
 
         store = open_store(os.environ, create=False)
@@ -281,7 +281,7 @@ def test_the_keeper_leaves_when_its_pool_is_removed(pool):
     finally:
         os.close(fd)
     assert _alive(pid)
-    from sbxc.runtime.session_start import POOL
+    from sbxc.runtime.session_pool import POOL
     from sbxc.runtime.sessions import open_store
 
     store = open_store(os.environ, create=False)

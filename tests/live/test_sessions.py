@@ -32,7 +32,7 @@ def own_root(tmp_path, monkeypatch):
     monkeypatch.setenv("SBXC_ROOT", str(root))
     yield str(root)
     from sbxc.runtime.session_ask import stop_keepers
-    from sbxc.runtime.session_start import refill_running
+    from sbxc.runtime.session_pool import refill_running
     from sbxc.runtime.sessions import open_store
     from sbxc.runtime.trees import remove_path
 

@@ -289,7 +289,7 @@ def session_line(project: str, uid: int) -> str:
     what = ("reflink (copy-on-write: the project and the sessions folder share a btrfs or XFS file system)"
             if how == "reflink" else "plain copy (cp -a; no reflink between the project's file system and the "
                                      "sessions folder's)")
-    from ..runtime.session_start import keeper_state
+    from ..runtime.session_pool import keeper_state
 
     kp = keeper_state(project, os.environ) if project else {}
     pool = {"watching": "; the warm pool's keeper watches the project (a pool start is one question)",

@@ -150,7 +150,7 @@ def _start(args) -> int:
 def _list(args) -> int:
     import time
 
-    from ..runtime.session_start import pool_status
+    from ..runtime.session_pool import pool_status
     from ..runtime.sessions import entries, human_size, open_store, size_of
 
     fd = open_store(os.environ)
