@@ -13,6 +13,11 @@ every variant alike (the first copy of each kind is thrown away).
 
 Targets (ext4, no reflink): from the pool <= 50 ms, cold <= 1.2x cp -a, exec --session
 <= plain exec + 5 ms.
+
+"from the pool" is a start the pool's keeper vouched for (one question over its socket);
+"from the pool, no keeper" is the same start after the keeper was told to leave, so the
+start checks every entry itself (and spawns the refill that becomes the next keeper).
+The load average is printed before and after: the machine may be shared.
 """
 from __future__ import annotations
 
@@ -50,7 +55,7 @@ def timed(argv, env, cwd) -> tuple[float, str]:
 
 def wait_pool(root: str, want: int = 1, timeout: float = 600) -> None:
     """Until no refill is at work and ``want`` ready copies exist (in all pools)."""
-    from sbxc.runtime.session_start import refill_running
+    from sbxc.runtime.session_pool import refill_running
 
     pool = f"{root}/sessions/pool"
     deadline = time.time() + timeout
@@ -72,6 +77,22 @@ def wait_pool(root: str, want: int = 1, timeout: float = 600) -> None:
     sys.exit("the pool was not refilled in time")
 
 
+def stop_keepers(root: str) -> None:
+    from sbxc.runtime.session_ask import stop_keepers as stop
+
+    if os.path.isdir(f"{root}/sessions"):
+        fd = os.open(f"{root}/sessions", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            stop(fd)
+        finally:
+            os.close(fd)
+
+
+def load() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
 def du(path: str) -> int:
     return int(subprocess.run(["du", "-sb", path], stdout=subprocess.PIPE).stdout.split()[0])
 
@@ -83,6 +104,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--exec-runs", type=int, default=30)
     ap.add_argument("--sbxc", default="")
+    ap.add_argument("--pool-only", action="store_true",
+                    help="only the two from-the-pool variants (to compare project sizes quickly)")
     args = ap.parse_args()
     sbxc = startup.installed_command(args.sbxc)
     work = tempfile.mkdtemp(prefix="sbxc-bench-session-", dir="/var/tmp")
@@ -104,9 +127,11 @@ def main() -> int:
         def stop(sid):
             timed([sbxc, "session", "stop", sid], env, project)
 
+        print(f"load average before: {load()}")
         res = {"cp -a": [], "session start, cold": [], "session start, from the pool": [],
+               "session start, from the pool, no keeper": [],
                "session start --from SNAPSHOT, cold": [], "session start --from SNAPSHOT, from the pool": []}
-        for i in range(args.runs + 1):
+        for i in range(0 if args.pool_only else args.runs + 1):
             dest = f"{work}/cp-{i}"
             t = time.perf_counter()
             subprocess.run(["cp", "-a", project, dest], check=True)
@@ -115,7 +140,7 @@ def main() -> int:
             if i:
                 res["cp -a"].append(ms)
         policy(0)
-        for i in range(args.runs + 1):
+        for i in range(0 if args.pool_only else args.runs + 1):
             ms, got = start()
             assert got["method"] in ("copy", "reflink"), got
             stop(got["id"])
@@ -129,13 +154,33 @@ def main() -> int:
         for i in range(args.runs + 1):
             wait_pool(root)
             ms, got = start()
-            assert got["method"] == "pool", got
+            assert got["method"] == "pool" and got.get("pool_check") == "keeper", got
             stop(got["id"])
             if i:
                 res["session start, from the pool"].append(ms)
+        for i in range(args.runs + 1):
+            wait_pool(root)
+            stop_keepers(root)
+            ms, got = start()
+            assert got["method"] == "pool" and got.get("pool_check") == "entries", got
+            stop(got["id"])
+            if i:
+                res["session start, from the pool, no keeper"].append(ms)
         wait_pool(root)
+        if args.pool_only:
+            stop_keepers(root)
+            for name, xs in res.items():
+                if xs:
+                    print(f"{name:46} {statistics.median(xs):10.1f} {min(xs):8.1f}")
+            print(f"project: {args.files} files; load average after: {load()}")
+            return 0
+        # The policy file lies in the project: rewriting it is a change the project's
+        # keeper would answer by copying the project again, in the middle of the next
+        # variants. It is told to leave first.
+        stop_keepers(root)
         ms, snap = start()
         timed([sbxc, "session", "stop", snap["id"], "--snapshot", "bench"], env, project)
+        stop_keepers(root)
         policy(0)
         for i in range(args.runs + 1):
             ms, got = start("--from", "bench")
@@ -145,6 +190,8 @@ def main() -> int:
         policy(1)
         ms, got = start("--from", "bench")
         stop(got["id"])
+        wait_pool(root)
+        stop_keepers(root)
         for i in range(args.runs + 1):
             wait_pool(root, 2)
             ms, got = start("--from", "bench")
@@ -157,6 +204,7 @@ def main() -> int:
         wait_pool(root, 2)
         ms, got = start()
         sid = got["id"]
+        wait_pool(root)  # the refill it started copies the project: not during the timings
         plain = [sbxc, "exec", "--", "/bin/true"]
         session = [sbxc, "exec", "--session", sid, "--", "/bin/true"]
         timed(plain, env, project)
@@ -166,6 +214,7 @@ def main() -> int:
             ex["exec"].append(timed(plain, env, project)[0])
             ex["exec --session"].append(timed(session, env, project)[0])
         stop(sid)
+        stop_keepers(root)
 
         size = du(project)
         print(f"project: {args.files} files, {size / 2**20:.0f} MiB (du -sb), in {work}")
@@ -178,11 +227,14 @@ def main() -> int:
         print(f"from the pool: {statistics.median(res['session start, from the pool']):.1f} ms (target <= 50 ms)")
         print(f"exec --session - exec: {statistics.median(ex['exec --session']) - statistics.median(ex['exec']):+.1f} ms "
               f"(target <= +5 ms)")
+        print(f"load average after: {load()}")
         print(f"pool disk cost: {pool_bytes / 2**20:.0f} MiB for one ready copy of the project "
               f"({pool_bytes / size:.2f}x the project; pool: N costs N times that without reflink)")
     finally:
-        # The last start's background refill may still be copying: let it end first.
+        # The last start's background refill may still be copying, and a keeper may be
+        # watching: both end first.
         try:
+            stop_keepers(f"{work}/root")
             wait_pool(f"{work}/root", 0, timeout=600)
         except SystemExit:
             pass

@@ -289,7 +289,13 @@ def session_line(project: str, uid: int) -> str:
     what = ("reflink (copy-on-write: the project and the sessions folder share a btrfs or XFS file system)"
             if how == "reflink" else "plain copy (cp -a; no reflink between the project's file system and the "
                                      "sessions folder's)")
-    return f"sessions: workspaces of {project or 'this project'} are made by {what}; {session_copy.method_note()}"
+    from ..runtime.session_pool import keeper_state
+
+    kp = keeper_state(project, os.environ) if project else {}
+    pool = {"watching": "; the warm pool's keeper watches the project (a pool start is one question)",
+            "gave up": f"; the warm pool's keeper gave up ({kp.get('why', '')}): pool starts check every entry"}
+    return (f"sessions: workspaces of {project or 'this project'} are made by {what}; {session_copy.method_note()}"
+            + pool.get(kp.get("state", ""), ""))
 
 
 def main(argv) -> int:

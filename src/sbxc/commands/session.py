@@ -38,9 +38,51 @@ def _settings(meta: dict) -> dict:
 
 
 def _json(obj) -> None:
+    sys.stdout.write(_flat_json(obj) if _is_flat(obj) else _full_json(obj))
+
+
+def _full_json(obj) -> str:
     import json
 
-    sys.stdout.write(json.dumps(obj, indent=1, sort_keys=True) + "\n")
+    return json.dumps(obj, indent=1, sort_keys=True) + "\n"
+
+
+def _is_flat(obj) -> bool:
+    return isinstance(obj, dict) and all(isinstance(k, str) and (v is None or type(v) in (str, int, bool))
+                                         for k, v in obj.items())
+
+
+def _json_str(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        o = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0x20 <= o < 0x7f:
+            out.append(ch)
+        elif o > 0xFFFF:
+            o -= 0x10000
+            out.append("\\u%04x\\u%04x" % (0xD800 | (o >> 10), 0xDC00 | (o & 0x3FF)))
+        else:
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}.get(ch, "\\u%04x" % o))
+    out.append('"')
+    return "".join(out)
+
+
+def _flat_json(obj: dict) -> str:
+    """``json.dumps(obj, indent=1, sort_keys=True)`` of a flat object, byte for byte, without
+    loading ``json`` (its import, with ``re``, is a good part of a pool start's time)."""
+    if not obj:
+        return "{}\n"
+
+    def value(v):
+        if v is None:
+            return "null"
+        if v is True or v is False:
+            return "true" if v else "false"
+        return str(v) if type(v) is int else _json_str(v)
+
+    return "{\n" + ",\n".join(f" {_json_str(k)}: {value(v)}" for k, v in sorted(obj.items())) + "\n}\n"
 
 
 def _stage_arg(text: str) -> tuple[str, str]:
@@ -108,7 +150,7 @@ def _start(args) -> int:
 def _list(args) -> int:
     import time
 
-    from ..runtime.session_start import pool_status
+    from ..runtime.session_pool import pool_status
     from ..runtime.sessions import entries, human_size, open_store, size_of
 
     fd = open_store(os.environ)
@@ -124,8 +166,9 @@ def _list(args) -> int:
             rows.append({"kind": e.kind, "name": e.name, "state": e.state, "project": e.meta.get("project", ""),
                          "bytes": size, "age_s": round(time.time() - created / 1e9) if created else None,
                          "from": e.meta.get("from", ""), "method": e.meta.get("method", "")})
-        pool = [{"key": k, "ready": n, "bytes": b, "size": int(z) if str(z).isdigit() else None, "source": src}
-                for k, (n, b, z, src) in pool_status(fd).items()]
+        pool = [{"key": k, "ready": n, "bytes": b, "size": int(z) if str(z).isdigit() else None, "source": src,
+                 "keeper": kp.get("state", ""), "keeper_why": kp.get("why", "")}
+                for k, (n, b, z, src, kp) in pool_status(fd).items()]
     finally:
         os.close(fd)
     if args.format == "json":
@@ -140,8 +183,12 @@ def _list(args) -> int:
         sys.stdout.write(f"{r['kind']:8} {r['name']:14} {human_size(r['bytes']):>8} {r['age_s'] or 0:>6}s  "
                          f"{r['project']}{state}\n")
     for p in pool:
+        keeper = {"watching": "; a keeper watches the project (a start checks it in one question)",
+                  "gave up": f"; the keeper gave up ({p['keeper_why']}): each start checks every entry",
+                  "none": "; no keeper now: the next start checks every entry, then one watches again",
+                  "": ""}.get(p["keeper"], f"; keeper: {p['keeper']}")
         sys.stdout.write(f"pool     {p['source'] or p['key']}: {p['ready']} ready of {p['size']} "
-                         f"(workspace.pool), {human_size(p['bytes'])} on disk\n")
+                         f"(workspace.pool), {human_size(p['bytes'])} on disk{keeper}\n")
     return 0
 
 

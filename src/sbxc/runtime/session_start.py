@@ -1,264 +1,17 @@
-"""Starting and ending sessions: a workspace from the warm pool or a fresh copy, staged
-files, quotas, snapshots, and the pool's background refill (store layout: ``sessions``).
-
-The pool holds ready copies per source: ``p-<project id>`` for a project,
-``n-<snapshot uid>`` for a snapshot. A snapshot never changes, so its copies stay good
-while it exists. A project's copy is taken only when ``session_copy.project_unchanged``
-says every entry of the project is as the copy recorded it; any other answer (an entry
-changed, gone, added, too recent for its stat to tell, unreadable) means a fresh copy
-and the stale one is removed.
+"""Starting and ending sessions: a workspace from the warm pool (``session_pool``) or a
+fresh copy, staged files, quotas and snapshots (store layout: ``sessions``).
 """
 from __future__ import annotations
 
 import os
 
-from ..cache import project_id
 from . import session_copy as sc
-from .sessions import (SESSION_PREFIX, SNAPSHOT_PREFIX, SessionError, StoreLock, new_id, open_session, read_manifest,
+from .session_pool import POOL, base_manifest, pool_key, refill_in_background, take_ready
+from .sessions import (SESSION_PREFIX, SNAPSHOT_PREFIX, SessionError, StoreLock, mkdir_open, new_id, open_session,
                        read_meta, remove_entry, sessions_dir, sessions_of, size_of, try_lock, valid_name,
                        write_manifest, write_meta)
 
 _RD = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-POOL = "pool"
-
-
-def _mkdir_open(dir_fd: int, name: str) -> int:
-    try:
-        os.mkdir(name, 0o700, dir_fd=dir_fd)
-    except FileExistsError:
-        pass
-    return os.open(name, _RD, dir_fd=dir_fd)
-
-
-def _pool_key_open(store_fd: int, key: str) -> int:
-    """The pool's folder for ``key`` (``pool/<key>``), made if missing."""
-    pool_fd = _mkdir_open(store_fd, POOL)
-    try:
-        return _mkdir_open(pool_fd, key)
-    finally:
-        os.close(pool_fd)
-
-
-def _path(store: str, *names) -> str:
-    return "/".join((store,) + names)
-
-
-# ------------------------------------------------------------------ the pool
-
-def pool_key(project: str, snapshot_uid: str = "") -> str:
-    return f"n-{snapshot_uid}" if snapshot_uid else f"p-{project_id(project)}"
-
-
-def _make_ready(store_fd: int, store: str, key: str, source: dict, environ) -> bool:
-    """One ready copy in ``pool/<key>``: made under a locked temporary name, renamed
-    into place only when complete."""
-    key_fd = _pool_key_open(store_fd, key)
-    try:
-        tmp = "t-" + new_id()
-        fd = _mkdir_open(key_fd, tmp)
-        try:
-            try_lock(fd)
-            base = _path(store, POOL, key, tmp)
-            started = sc.now_ns()
-            sc.copy_tree(source["src"], base + "/ws", environ)
-            if source.get("snapshot"):
-                manifest = sc.record(source["project"], base + "/ws", started, source["manifest"], source["src"],
-                                     int(source.get("ready_ns", 0)))
-            else:
-                manifest = sc.record(source["project"], base + "/ws", started)
-            write_manifest(fd, manifest)
-            write_meta(fd, {"project": source["project"], "made_ns": started, "method": source["method"]})
-            os.rename(tmp, "e-" + tmp[2:], src_dir_fd=key_fd, dst_dir_fd=key_fd)
-            return True
-        except BaseException:
-            remove_entry(key_fd, tmp)
-            raise
-        finally:
-            os.close(fd)
-    finally:
-        os.close(key_fd)
-
-
-def _ready_entries(store_fd: int, key: str) -> list:
-    try:
-        fd = os.open(f"{POOL}/{key}", _RD, dir_fd=store_fd)
-    except OSError:
-        return []
-    try:
-        with os.scandir(fd) as it:
-            return sorted(e.name for e in it if e.name.startswith("e-"))
-    finally:
-        os.close(fd)
-
-
-def _reap_pool(store_fd: int, key: str) -> None:
-    """Remove copies whose maker is gone before it finished (unlocked ``t-``) and entries
-    a start has emptied (``e-`` without its workspace)."""
-    try:
-        key_fd = os.open(f"{POOL}/{key}", _RD, dir_fd=store_fd)
-    except OSError:
-        return
-    try:
-        with os.scandir(key_fd) as it:
-            names = [e.name for e in it if e.name.startswith(("t-", "e-"))]
-        for name in names:
-            if name.startswith("e-"):
-                try:
-                    os.stat(f"{name}/ws", dir_fd=key_fd, follow_symlinks=False)
-                except FileNotFoundError:
-                    remove_entry(key_fd, name)
-                continue
-            try:
-                fd = os.open(name, _RD, dir_fd=key_fd)
-            except OSError:
-                continue
-            try:
-                free = try_lock(fd)
-            finally:
-                os.close(fd)
-            if free:
-                remove_entry(key_fd, name)
-    finally:
-        os.close(key_fd)
-
-
-def take_ready(store_fd: int, key: str, source: dict, into_fd: int) -> dict | None:
-    """Move a good ready copy's workspace into the session folder ``into_fd``: its
-    manifest, or None when there is none (a stale one is removed on the way). The emptied
-    entry is left for the refill to remove (``_reap_pool``): the caller does not wait for it."""
-    for name in _ready_entries(store_fd, key):
-        try:
-            fd = os.open(f"{POOL}/{key}/{name}", _RD, dir_fd=store_fd)
-        except OSError:
-            continue
-        try:
-            try:
-                manifest = read_manifest(fd)
-                meta = read_meta(fd)
-            except FileNotFoundError:
-                continue  # taken by another start a moment ago
-            except (OSError, ValueError, EOFError, TypeError):
-                manifest, meta = None, {}
-            good = manifest is not None and meta.get("project") == source["project"] and (
-                source.get("snapshot") or sc.project_unchanged(source["project"], manifest))
-            if good:
-                try:
-                    # A rename within one file system: the whole copy moves at once, whatever
-                    # its size; of two starts racing for it, one gets it, the other goes on.
-                    os.rename("ws", "ws", src_dir_fd=fd, dst_dir_fd=into_fd)
-                except FileNotFoundError:
-                    continue
-                try:
-                    os.rename("manifest", "manifest", src_dir_fd=fd, dst_dir_fd=into_fd)
-                except OSError:
-                    write_manifest(into_fd, manifest)
-                return manifest
-        finally:
-            os.close(fd)
-        kfd = os.open(f"{POOL}/{key}", _RD, dir_fd=store_fd)
-        try:
-            remove_entry(kfd, name)
-        finally:
-            os.close(kfd)
-    return None
-
-
-def refill(key: str, source: dict, size: int, environ, started_fd: int = -1) -> None:
-    """Bring ``pool/<key>`` up to ``size`` ready copies (in the background). One refill per
-    pool at a time: it holds ``pool/<key>/refill.lock`` while it works, and a second one
-    that finds it held leaves the work to the first, which counts again after each copy.
-    ``started_fd``: written to (and closed) once the lock is decided, so the caller knows
-    the refill is under way (or not needed) when it returns."""
-    from .sessions import open_store
-
-    store_fd = open_store(environ)
-    lock_fd = -1
-    try:
-        key_fd = _pool_key_open(store_fd, key)
-        try:
-            lock_fd = os.open("refill.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                              dir_fd=key_fd)
-            mine = try_lock(lock_fd)
-            if started_fd >= 0:
-                os.write(started_fd, b"1")
-                os.close(started_fd)
-                started_fd = -1
-            if not mine:
-                return
-            # What `session list` shows beside the copies: the size the policy asks for.
-            write_meta(key_fd, {"pool": size, "source": source.get("snapshot") or source["project"]})
-        finally:
-            os.close(key_fd)
-        _reap_pool(store_fd, key)
-        store = sessions_dir(environ)
-        for _ in range(size + 2):
-            if len(_ready_entries(store_fd, key)) >= size:
-                break
-            _make_ready(store_fd, store, key, source, environ)
-    finally:
-        if started_fd >= 0:
-            os.close(started_fd)
-        if lock_fd >= 0:
-            os.close(lock_fd)
-        os.close(store_fd)
-
-
-def refill_in_background(key: str, source: dict, size: int, environ) -> None:
-    """``refill`` in a detached grandchild: the caller does not reap it, and it holds none
-    of the caller's descriptors (a pipe the caller's caller reads would otherwise stay open
-    until the copy is done). Returns once the refill holds its lock (or found it held)."""
-    if size <= 0:
-        return
-    import sys
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid:
-        os.close(w)
-        os.waitpid(pid, 0)
-        try:
-            os.read(r, 1)  # end of file as well when the refill died before it got that far
-        finally:
-            os.close(r)
-        return
-    try:
-        os.close(r)
-        os.setsid()
-        if os.fork():
-            os._exit(0)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        os.closerange(3, w)
-        os.closerange(w + 1, 65536)
-        refill(key, source, size, environ, started_fd=w)
-    except BaseException:
-        os._exit(1)
-    os._exit(0)
-
-
-def refill_running(store_fd: int) -> bool:
-    """Whether any pool's refill is at work (its lock held)."""
-    try:
-        pfd = os.open(POOL, _RD, dir_fd=store_fd)
-    except FileNotFoundError:
-        return False
-    try:
-        for key in os.listdir(pfd):
-            try:
-                fd = os.open(f"{key}/refill.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
-            except OSError:
-                continue
-            try:
-                if not try_lock(fd):
-                    return True
-            finally:
-                os.close(fd)
-        return False
-    finally:
-        os.close(pfd)
 
 
 # ------------------------------------------------------------------ staging
@@ -283,7 +36,7 @@ def _stage(ws: str, staged, environ) -> list:
         try:
             for part in parts[:-1]:
                 try:
-                    nfd = _mkdir_open(fd, part)
+                    nfd = mkdir_open(fd, part)
                 except OSError:
                     raise SessionError(f"the staging destination {dest} passes through {part}, which is not a "
                                        "folder in the workspace (a symlink is never followed)",
@@ -311,14 +64,17 @@ def _quota_sessions(store_fd: int, project: str, limit) -> None:
 
 
 def start(project: str, settings: dict, environ, from_snapshot: str = "", stage=(), policy: str = "") -> dict:
-    """Make a session of ``project`` (a real path): returns {id, method, source, workspace}.
+    """Make a session of ``project`` (a real path): returns {id, method, source, workspace,
+    pool_check} (pool_check: how a ready copy was found current, ``take_ready``; "" for a
+    fresh copy).
     ``settings``: the plan's ``runtime.workspace`` (quotas, pool, policy staging)."""
     from .sessions import open_store
 
     store_fd = open_store(environ)
     store = sessions_dir(environ)
     try:
-        source = {"project": project, "src": project, "method": sc.method(project, store)}
+        # How a copy is made (``method`` reads the mount table) is asked only when one is.
+        source = {"project": project, "src": project}
         if from_snapshot:
             source.update(_snapshot_source(store_fd, store, from_snapshot, project))
         sid = new_id()
@@ -333,14 +89,18 @@ def start(project: str, settings: dict, environ, from_snapshot: str = "", stage=
             write_meta(fd, meta)
         try:
             key = pool_key(project, source.get("uid", ""))
-            manifest = take_ready(store_fd, key, source, fd)
-            how = "pool" if manifest is not None else source["method"]
-            if manifest is None:
+            size = int(settings.get("pool", 1) or 0)
+            taken, kept = take_ready(store_fd, key, source, fd, size)
+            checked = taken
+            if not taken:
+                source["method"] = sc.method(project, store)
+            how = "pool" if taken else source["method"]
+            if not taken:
                 started = sc.now_ns()
                 sc.copy_tree(source["src"], f"{store}/{name}/ws", environ)
                 if from_snapshot:
-                    manifest = sc.record(project, f"{store}/{name}/ws", started, source["manifest"], source["src"],
-                                         int(source.get("ready_ns", 0)))
+                    manifest = sc.record(project, f"{store}/{name}/ws", started, base_manifest(store_fd, source),
+                                         source["src"], int(source.get("ready_ns", 0)))
                 else:
                     manifest = sc.record(project, f"{store}/{name}/ws", started)
                 write_manifest(fd, manifest)
@@ -352,8 +112,11 @@ def start(project: str, settings: dict, environ, from_snapshot: str = "", stage=
             remove_entry(store_fd, name)
             raise
         os.close(fd)
-        refill_in_background(key, source, int(settings.get("pool", 1) or 0), environ)
-        return {"id": sid, "method": how, "source": from_snapshot or project, "workspace": f"{store}/{name}/ws"}
+        if not kept:
+            # A keeper that answered refills the pool itself once this start hangs up.
+            refill_in_background(key, source, size, environ)
+        return {"id": sid, "method": how, "source": from_snapshot or project, "workspace": f"{store}/{name}/ws",
+                "pool_check": checked}
     finally:
         os.close(store_fd)
 
@@ -370,8 +133,8 @@ def _snapshot_source(store_fd: int, store: str, name: str, project: str) -> dict
         if meta.get("project") != project:
             raise SessionError(f"snapshot {name} is of another project ({meta.get('project')})",
                                "start it with that project's policy")
-        return {"snapshot": name, "uid": meta.get("uid", ""), "manifest": read_manifest(fd),
-                "src": f"{store}/{SNAPSHOT_PREFIX}{name}/ws", "ready_ns": meta.get("ready_ns", "0")}
+        return {"snapshot": name, "uid": meta.get("uid", ""), "src": f"{store}/{SNAPSHOT_PREFIX}{name}/ws",
+                "ready_ns": meta.get("ready_ns", "0")}
     finally:
         os.close(fd)
 
@@ -441,26 +204,3 @@ def drop_snapshot(name: str, environ) -> None:
                 os.close(pfd)
     finally:
         os.close(store_fd)
-
-
-def pool_status(store_fd: int) -> dict:
-    """{key: (ready copies, bytes, the pool size asked for, its source)}."""
-    out = {}
-    try:
-        pfd = os.open(POOL, _RD, dir_fd=store_fd)
-    except FileNotFoundError:
-        return out
-    try:
-        with os.scandir(pfd) as it:
-            keys = sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
-        for key in keys:
-            kfd = os.open(key, _RD, dir_fd=pfd)
-            try:
-                ready = [n for n in os.listdir(kfd) if n.startswith("e-") and os.path.lexists(f"/proc/self/fd/{kfd}/{n}/ws")]
-                meta = read_meta(kfd)
-                out[key] = (len(ready), size_of(pfd, key), meta.get("pool", "?"), meta.get("source", ""))
-            finally:
-                os.close(kfd)
-    finally:
-        os.close(pfd)
-    return out

@@ -66,6 +66,15 @@ def open_store(environ=None, create: bool = True) -> int:
         os.close(fd)
 
 
+def mkdir_open(dir_fd: int, name: str) -> int:
+    """A folder ``name`` in ``dir_fd`` (0700, made if missing), opened without following a link."""
+    try:
+        os.mkdir(name, 0o700, dir_fd=dir_fd)
+    except FileExistsError:
+        pass
+    return os.open(name, _RD, dir_fd=dir_fd)
+
+
 def new_id() -> str:
     return os.urandom(6).hex()
 
