@@ -224,3 +224,53 @@ def test_bundle_never_serves_code_older_than_its_source(tmp_path):
         f.write(b"\0\0\0\0")
     other = _loaders(launcher_path, python)
     assert other["sbxc.cli"] == "SourceFileLoader" and other["version"] == f"sbxc {new}", other
+
+
+def test_bundle_is_never_read_through_a_reused_descriptor(launcher, tmp_path):
+    """A process that closes every descriptor (a detached child does) and then opens a file
+    of someone else's must still get sbxc's own code for a module imported afterwards,
+    never bytes of that file. Control: the planted file really sits at the number the
+    bundle would have had."""
+    planted = tmp_path / "planted"
+    planted.write_bytes(b"\xe3" + b"\x00" * (1 << 20))  # a marshal code-object tag, then junk
+    code = ("import sys\n"
+            f"L = {launcher!r}\n"
+            "sys.argv = ['sbxc', '--version']\n"
+            "src = open(L).read()\n"
+            "try:\n    exec(compile(src, L, 'exec'), {'__name__': '__main__'})\nexcept SystemExit:\n    pass\n"
+            "import os\n"
+            "os.closerange(3, 1 << 16)\n"
+            f"fds = [os.open({str(planted)!r}, os.O_RDONLY) for _ in range(8)]\n"
+            "import sbxc.runtime.trees as t\n"
+            "print(min(fds), type(t.__spec__.loader).__name__ if not isinstance(t.__spec__.loader, type) "
+            "else t.__spec__.loader.__name__, callable(getattr(t, 'remove_tree', None)))\n")
+    line = interpreter_line(launcher)
+    r = subprocess.run([line[0], "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lowest, loader, ok = r.stdout.splitlines()[-1].split()
+    assert lowest == "3"  # the planted file took the lowest free numbers
+    assert loader == "HotPath" and ok == "True", r.stdout
+
+
+def test_session_pool_refills_through_the_launcher(launcher, bwrap_works, project, home):
+    """The pool's refill runs in a detached child of the command a user runs; it imports
+    the rest of its code after closing every descriptor, and still fills the pool."""
+    import time
+
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write(POLICY + "workspace: {pool: 1}\n")
+    env = base_env(home)
+    r = run([launcher, "session", "start"], env=env, cwd=project)
+    assert r.rc == 0, r
+    sid = r.out.strip()
+    try:
+        deadline = time.time() + 60
+        listed = ""
+        while time.time() < deadline:
+            listed = run([launcher, "session", "list"], env=env, cwd=project).out
+            if "1 ready of 1" in listed:
+                break
+            time.sleep(0.2)
+        assert "1 ready of 1" in listed, listed
+    finally:
+        run([launcher, "session", "stop", sid], env=env, cwd=project)
