@@ -53,6 +53,15 @@ def sbxc_argv(*args) -> list:
     return [PYTHON, "-m", "sbxc", *args]
 
 
+def interpreter_rules() -> str:
+    """Policy lines that keep this test run's own interpreter environment (its venv and
+    the checkout's sources, which the editable install reads) visible inside a sandbox,
+    for a test that runs ``sys.executable`` there: a checkout under /tmp is otherwise
+    behind builtin:default's private /tmp. Where they already are visible these add
+    nothing."""
+    return f"filesystem:\n  - read {sys.prefix}\n  - read {SRC}\n"
+
+
 def own_code_rules(writable: str = "/var/tmp") -> str:
     """Policy lines keeping sbxc's own code read-only for a test whose policy makes
     ``writable`` writable: sbxc refuses to run when the command could rewrite the code it

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import PYTHON, base_env, run
+from conftest import PYTHON, base_env, interpreter_rules, run
 
 pytestmark = pytest.mark.live
 
@@ -38,7 +38,8 @@ sys.exit(3)
 def _policy(project: str, backend: str) -> str:
     path = os.path.join(project, "sandbox.policy.yaml")
     with open(path, "w") as f:
-        f.write(f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork:\n  - allow 127.0.0.1:9\n")
+        f.write(f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork:\n  - allow 127.0.0.1:9\n"
+                + interpreter_rules())
     with open(os.path.join(project, "probe.py"), "w") as f:
         f.write(PROBE)
     return path

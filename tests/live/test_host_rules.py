@@ -136,8 +136,10 @@ def tls_upstream(tmp_path):
 
 
 def policy(backend: str, *rules: str) -> str:
+    from conftest import interpreter_rules
+
     lines = "".join(f"  - {r}\n" for r in rules)
-    return f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork:\n{lines}"
+    return f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork:\n{lines}" + interpreter_rules()
 
 
 def client(sbxc, backend, rules, *args):

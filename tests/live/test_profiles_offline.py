@@ -16,8 +16,10 @@ BACKENDS = ["bwrap", "landlock"]
 
 
 def policy(backend, *profiles):
+    from conftest import interpreter_rules
+
     return (f"sbxc: 1\nextends: [{', '.join('builtin:' + p for p in profiles)}]\nbackend: {backend}\n"
-            "network: false\n")
+            "network: false\n" + interpreter_rules())
 
 
 def root_on_landlock(sbxc, backend, profile) -> bool:

@@ -50,7 +50,10 @@ def gateway_rules(tool: str, home: str, project: str) -> str:
 
 
 def policy(backend, profile, group, extra=""):
-    return f"sbxc: 1\nextends: [builtin:{profile}]\nbackend: {backend}\nnetwork: [allow @{group}{extra}]\n"
+    from conftest import interpreter_rules
+
+    return (f"sbxc: 1\nextends: [builtin:{profile}]\nbackend: {backend}\nnetwork: [allow @{group}{extra}]\n"
+            + interpreter_rules())
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
