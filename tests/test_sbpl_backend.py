@@ -180,7 +180,7 @@ def test_cache_folder_is_a_runtime_parameter_and_its_root_stays_masked():
 
 def test_network_off_allows_no_ip_but_unix_sockets_follow_file_rules():
     low, prof = profile_of(default_like(network=Network("off")))
-    assert not prof.allows("network-outbound", proto="tcp", host="1.1.1.1", port=443)
+    assert not prof.allows("network-outbound", proto="tcp", host="127.0.0.2", port=443)
     assert not prof.allows("network-outbound", proto="tcp", host="localhost", port=8080)
     assert not prof.allows("network-bind", proto="tcp", host="*", port=8080)
     assert prof.allows("network-outbound", PROJ + "/.run/app.sock")
@@ -193,7 +193,7 @@ def test_network_off_allows_no_ip_but_unix_sockets_follow_file_rules():
 
 def test_network_on():
     _, prof = profile_of(default_like())
-    assert prof.allows("network-outbound", proto="tcp", host="1.1.1.1", port=443)
+    assert prof.allows("network-outbound", proto="tcp", host="127.0.0.2", port=443)
     assert not prof.allows("network-outbound", "/private/var/run/docker.sock")
 
 
@@ -204,7 +204,7 @@ def test_network_rules_per_port():
                             NetRule("bind", "tcp", 2000, 9000, Span("p", 12, 1))))
     low, prof = profile_of(default_like(network=net))
     assert '(remote tcp "*:443")' in low.data["profile"]
-    assert prof.allows("network-outbound", proto="tcp", host="1.1.1.1", port=443)
+    assert prof.allows("network-outbound", proto="tcp", host="127.0.0.2", port=443)
     assert prof.allows("network-bind", proto="tcp", host="*", port=8001)
     assert not prof.allows("network-bind", proto="tcp", host="*", port=8003)
     assert not prof.allows("network-bind", proto="tcp", host="*", port=2500)  # too wide: left out
@@ -320,11 +320,11 @@ def test_host_rules_allow_only_the_proxy_port():
     prof = load(low.data["profile"], params)
     assert prof.allows("network-outbound", proto="tcp", host="localhost", port=41234)
     assert prof.allows("network-outbound", proto="tcp", host="127.0.0.1", port=41234)
-    assert not prof.allows("network-outbound", proto="tcp", host="1.1.1.1", port=41234)
-    assert not prof.allows("network-outbound", proto="tcp", host="1.1.1.1", port=443)  # only through the proxy
+    assert not prof.allows("network-outbound", proto="tcp", host="127.0.0.2", port=41234)
+    assert not prof.allows("network-outbound", proto="tcp", host="127.0.0.2", port=443)  # only through the proxy
     assert not prof.allows("network-outbound", proto="tcp", host="localhost", port=41235)
     assert not prof.allows("network-outbound", proto="udp", host="localhost", port=41234)
-    assert prof.allows("network-outbound", proto="tcp", host="1.1.1.1", port=22)  # the port rule stays
+    assert prof.allows("network-outbound", proto="tcp", host="127.0.0.2", port=22)  # the port rule stays
     # name lookups go through the proxy, never mDNSResponder
     assert not prof.allows("network-outbound", "/private/var/run/mDNSResponder")
     status = {v.subject: v.status for v in low.verdicts}
