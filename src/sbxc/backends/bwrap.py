@@ -43,12 +43,13 @@ from __future__ import annotations
 
 from ..compiler.plan import (
     BUILTIN_SPAN, KIND_DIR, KIND_MISSING, KIND_OTHER, MASK, NET_HOSTS, NET_OFF, NET_ON, NET_RULES,
-    READ, TMPFS, WRITE, PathRule, Plan, path_depth,
+    READ, TMPFS, WRITE, Plan, path_depth,
 )
 from ..layout import BWRAP_EMPTY_FD as EMPTY_FD  # noqa: F401 (the runtime's placeholder too)
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
 from .lowered import Lowered
-from .mountrules import host_network_verdicts, settled
+from .mountrules import folders_between as _between, host_network_verdicts, parent_rule as _parent_rule, settled
+from .mountrules import rule_subject as _subject
 
 NAME = "bwrap"
 
@@ -64,38 +65,6 @@ def _version_at_least(version: str, want: tuple[int, ...]) -> bool:
             digits += ch
         parts.append(int(digits) if digits else 0)
     return tuple(parts) >= want
-
-
-def _subject(rule: PathRule, plan: Plan) -> str:
-    shown = rule.written or rule.path
-    if rule.origin == "home":
-        return f"home: {plan.home_mode} ({rule.access} {shown})"
-    if rule.origin == "cache":
-        return f"cache: {rule.access} {shown}"
-    return f"{rule.access} {shown}"
-
-
-def _parent_rule(by_path: dict, path: str):
-    """The deepest rule strictly containing ``path`` (None when none does): walk up the
-    path's folders (O(depth)), not over every rule (a policy may hold thousands)."""
-    while path != "/":
-        path = path.rsplit("/", 1)[0] or "/"
-        rule = by_path.get(path)
-        if rule is not None:
-            return rule
-    return None
-
-
-def _between(parent: str, child: str) -> list[str]:
-    """Folders strictly between ``parent`` and ``child``, shallowest first."""
-    rest = child[len(parent):].strip("/") if parent != "/" else child.strip("/")
-    parts = rest.split("/")[:-1]
-    out = []
-    cur = parent.rstrip("/")
-    for p in parts:
-        cur = f"{cur}/{p}"
-        out.append(cur)
-    return out
 
 
 def lower(plan: Plan, host) -> Lowered:

@@ -1,6 +1,6 @@
-"""Verdicts that the mount-based backends (bwrap, OCI) give alike, before each decides how
-to mount a rule: a rule under the sandbox's own /proc or /dev, and a mask that needs no
-mount (a missing path, or one under nothing of the host)."""
+"""What the mount-based backends (bwrap, OCI) share: the verdicts they give alike before each
+decides how to mount a rule (a rule under the sandbox's own /proc or /dev, a mask that needs
+no mount), and how they name a rule, find its parent rule and the folders between them."""
 from __future__ import annotations
 
 from typing import Optional
@@ -39,6 +39,38 @@ def settled(backend: str, rule, subj: str, parent_access: Optional[str], missing
         # and the sandbox's own root are read-only once the mounts are done.
         return verdict(backend, subj, ENFORCED, rule.span)
     return None
+
+
+def rule_subject(rule, plan) -> str:
+    """How the report names a filesystem rule (its origin, access and path as written)."""
+    shown = rule.written or rule.path
+    if rule.origin == "home":
+        return f"home: {plan.home_mode} ({rule.access} {shown})"
+    if rule.origin == "cache":
+        return f"cache: {rule.access} {shown}"
+    return f"{rule.access} {shown}"
+
+
+def parent_rule(by_path: dict, path: str):
+    """The deepest rule strictly containing ``path`` (None when none does): walk up the
+    path's folders (O(depth)), not over every rule (a policy may hold thousands)."""
+    while path != "/":
+        path = path.rsplit("/", 1)[0] or "/"
+        rule = by_path.get(path)
+        if rule is not None:
+            return rule
+    return None
+
+
+def folders_between(parent: str, child: str) -> list:
+    """Folders strictly between ``parent`` and ``child``, shallowest first."""
+    rest = child[len(parent):].strip("/") if parent != "/" else child.strip("/")
+    out = []
+    cur = parent.rstrip("/")
+    for p in rest.split("/")[:-1]:
+        cur = f"{cur}/{p}"
+        out.append(cur)
+    return out
 
 
 def host_network_verdicts(backend: str, net, landlock_abi: int) -> list:

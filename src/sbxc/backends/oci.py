@@ -41,11 +41,12 @@ from __future__ import annotations
 
 from ..compiler.plan import (
     BUILTIN_SPAN, KIND_DIR, KIND_MISSING, KIND_OTHER, MASK, NET_HOSTS, NET_OFF, NET_ON, NET_RULES,
-    READ, TMPFS, WRITE, PathRule, Plan, path_depth,
+    READ, TMPFS, WRITE, Plan, path_depth,
 )
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
 from .lowered import Lowered
-from .mountrules import host_network_verdicts, settled
+from .mountrules import folders_between as _between, host_network_verdicts, parent_rule as _parent_rule, settled
+from .mountrules import rule_subject as _subject
 
 NAME = "oci"
 OCI_VERSION = "1.0.2"
@@ -74,34 +75,6 @@ _DEV_MOUNTS = (
      "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
     {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]},
 )
-
-
-def _subject(rule: PathRule, plan: Plan) -> str:
-    shown = rule.written or rule.path
-    if rule.origin == "home":
-        return f"home: {plan.home_mode} ({rule.access} {shown})"
-    if rule.origin == "cache":
-        return f"cache: {rule.access} {shown}"
-    return f"{rule.access} {shown}"
-
-
-def _parent_rule(by_path: dict, path: str):
-    while path != "/":
-        path = path.rsplit("/", 1)[0] or "/"
-        rule = by_path.get(path)
-        if rule is not None:
-            return rule
-    return None
-
-
-def _between(parent: str, child: str) -> list[str]:
-    rest = child[len(parent):].strip("/") if parent != "/" else child.strip("/")
-    out = []
-    cur = parent.rstrip("/")
-    for p in rest.split("/")[:-1]:
-        cur = f"{cur}/{p}"
-        out.append(cur)
-    return out
 
 
 def bind(path: str, writable: bool) -> dict:
