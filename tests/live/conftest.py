@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -288,3 +289,28 @@ def tree(tmp_path):
     os.makedirs(root)
     cases.build_tree(root)
     return root
+
+
+@pytest.fixture
+def session_root(tmp_path, monkeypatch):
+    """A root of this test's own (``SBXC_ROOT``): sessions, snapshots and the pool of one
+    test are never another's. At the end, the pools' keepers are told to leave and the
+    background refills are waited for, then all of it goes."""
+    root = tmp_path / "sbxc-root"
+    monkeypatch.setenv("SBXC_ROOT", str(root))
+    yield str(root)
+    from sbxc.runtime.session_ask import stop_keepers
+    from sbxc.runtime.session_pool import refill_running
+    from sbxc.runtime.sessions import open_store
+    from sbxc.runtime.trees import remove_path
+
+    if (root / "sessions").is_dir():
+        fd = open_store(os.environ, create=False)
+        try:
+            stop_keepers(fd)
+            deadline = time.time() + 60
+            while refill_running(fd) and time.time() < deadline:
+                time.sleep(0.05)
+        finally:
+            os.close(fd)
+    remove_path(str(root))
