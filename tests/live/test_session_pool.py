@@ -278,8 +278,9 @@ def test_the_keeper_leaves_when_its_pool_is_removed(pool):
     while time.time() < deadline and _alive(pid):
         time.sleep(0.1)
     assert not _alive(pid), "the keeper outlived its pool"
-    # With no keeper the next start still works (the full check, then a fresh copy).
-    assert pool.start()["method"] in ("copy", "reflink")
+    # With no keeper the next start still works: a fresh copy, or a ready copy that a
+    # refill still at work when the pool was removed made again (taken after its check).
+    assert pool.start()["method"] in ("copy", "reflink", "pool")
 
 
 def test_the_keeper_gives_up_past_its_watch_budget(proj, monkeypatch):
