@@ -4,7 +4,8 @@ current-folder warning (sbxc.runtime.runwarn) and the plan's network-off setting
 from __future__ import annotations
 
 from sbxc.planfile import OFFLINE_ENV, offline_env
-from sbxc.runtime.hint import NETWORK_HINT, NETWORK_PATTERNS, Feedback, StderrScan, denial_line
+from sbxc.runtime.hint import NETWORK_HINT, NETWORK_PATTERNS, StderrScan, denial_line
+from sbxc.runtime.spec import Feedback
 from sbxc.runtime.runwarn import cwd_warning
 
 CHECKS = [

@@ -175,32 +175,3 @@ def denial_line(scan: StderrScan, checks, landlock: bool) -> str:
 def _printable(text: str) -> str:
     """The plan's text on one line, without control characters (a policy's path may hold any)."""
     return "".join(c if c.isprintable() else "?" for c in text)[:300]
-
-
-class Feedback:
-    """What the core prints once the command ran (``supervise.run``'s ``feedback``): the
-    plan's warnings (``show_warnings``, a callable printing them itself), then, after a
-    failed run, the network hint when the plan turned the network off and the rule that
-    refused a path. ``checks``: the plan's ``runtime.checks`` (path, kind, access, span,
-    written)."""
-
-    __slots__ = ("network_off", "landlock", "checks", "show_warnings")
-
-    def __init__(self, network_off: bool, landlock: bool, checks, show_warnings=None):
-        self.network_off = network_off
-        self.landlock = landlock
-        self.checks = checks or ()
-        self.show_warnings = show_warnings
-
-    def __call__(self, rc: int, scan) -> str:
-        if self.show_warnings is not None:
-            try:
-                self.show_warnings()
-            except Exception:  # a warning that cannot be printed never changes the run's outcome
-                pass
-        if rc == 0 or scan is None:
-            return ""
-        out = NETWORK_HINT if scan.network_hint() else ""
-        if scan.denials:
-            out += denial_line(scan, self.checks, self.landlock)
-        return out

@@ -18,7 +18,7 @@ import sys
 
 from ..layout import PLAN_FORMAT
 from .errors import REFUSED, PlanOutdated, Refusal, one_line
-from .spec import Context, RunState
+from .spec import Context, Feedback, RunState
 from .staleness import HostNow, why_stale
 
 # backend name (sbxc.layout.BACKENDS) -> its runner
@@ -225,7 +225,7 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
                 # limits lowered by the command, a bug) leaves it, and later runs refuse
                 # what this one could write.
                 settle()  # first: a plan that no longer holds would make every later step moot
-                from . import journal
+                from . import hint, journal, runwarn  # noqa: F401 (hint and runwarn: for after the run)
                 from .owncode import check as check_own_code
 
                 check_own_code(rt.get("checks", ()), cache.dir)
@@ -242,13 +242,10 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
                 ctx.network == "hosts" and backend == "oci")
             import gc
 
-            from .hint import Feedback
-            from .runwarn import show_warnings
-
             # Off since start-up (``sbxc exec`` leaves it off there); the run may last hours
             # with sbxc's own threads (the proxy) allocating all along.
             gc.enable()
-            feedback = Feedback(net_off, backend == "landlock", rt.get("checks"), lambda: show_warnings(pf, cwd))
+            feedback = Feedback(net_off, backend == "landlock", rt.get("checks"), pf, cwd)
             try:
                 status = run(spec, net_off, state, feedback, before_release=last_checks)
             except BaseException:

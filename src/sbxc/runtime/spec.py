@@ -126,3 +126,39 @@ class Workspace:
     def __init__(self, project: str, path: str):
         self.project = project
         self.path = path
+
+
+class Feedback:
+    """What the core prints once the command ran (``supervise.run``'s ``feedback``): the
+    plan's warnings (``runwarn.show_warnings`` for ``warn_plan`` run in ``cwd``, which
+    prints them itself), then, after a failed run, the network hint when the plan turned
+    the network off and the rule that refused a path (``hint``). ``checks``: the plan's
+    ``runtime.checks`` (path, kind, access, span, written). Here, not in ``hint``, so that
+    the core makes one before the start without importing ``hint`` and ``runwarn``: the
+    run's last checks import them, while the sandbox is set up."""
+
+    __slots__ = ("network_off", "landlock", "checks", "warn_plan", "cwd")
+
+    def __init__(self, network_off: bool, landlock: bool, checks, warn_plan=None, cwd: str = ""):
+        self.network_off = network_off
+        self.landlock = landlock
+        self.checks = checks or ()
+        self.warn_plan = warn_plan
+        self.cwd = cwd
+
+    def __call__(self, rc: int, scan) -> str:
+        if self.warn_plan is not None:
+            try:
+                from .runwarn import show_warnings
+
+                show_warnings(self.warn_plan, self.cwd)
+            except Exception:  # a warning that cannot be printed never changes the run's outcome
+                pass
+        if rc == 0 or scan is None:
+            return ""
+        from .hint import NETWORK_HINT, denial_line
+
+        out = NETWORK_HINT if scan.network_hint() else ""
+        if scan.denials:
+            out += denial_line(scan, self.checks, self.landlock)
+        return out
