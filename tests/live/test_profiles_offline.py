@@ -140,3 +140,26 @@ def test_npm_pack_install_and_test(sbxc, backend):
     assert "tests passed" in r.out, r
     assert os.path.isfile(os.path.join(lib, "sbxc-probe-lib-1.0.0.tgz"))
     assert os.path.isfile(os.path.join(app, "node_modules", "sbxc-probe-lib", "index.js"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cargo_build_of_a_crate_without_dependencies(sbxc, backend):
+    """Debian's cargo (installed by the set-up), its registry and build caches in the
+    per-project cache (CARGO_HOME, set by the profile), the build in the project."""
+    cargo = tool("cargo")
+    rustc = tool("rustc")  # Debian's, beside its cargo (a rustup proxy on PATH would want its own home)
+    if root_on_landlock(sbxc, backend, "rust"):
+        return
+    crate = os.path.join(sbxc.project, "hello")
+    os.makedirs(os.path.join(crate, "src"))
+    with open(os.path.join(crate, "Cargo.toml"), "w") as f:
+        f.write('[package]\nname = "hello"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\n')
+    with open(os.path.join(crate, "src", "main.rs"), "w") as f:
+        f.write('fn main() { println!("built by cargo: {}", 6 * 7); }\n')
+    r = sbxc(policy(backend, "rust"), "sh", "-c", f"cd hello && RUSTC={rustc} {cargo} build --offline -q && ./target/debug/hello",
+             timeout=300)
+    assert r.rc == 0, r
+    assert r.out.strip() == "built by cargo: 42", r
+    assert os.access(os.path.join(crate, "target", "debug", "hello"), os.X_OK)
+    # Nothing of cargo's own state went to the home folder (it is read-only in the sandbox).
+    assert not os.path.exists(os.path.join(sbxc.home, ".cargo")), os.listdir(sbxc.home)
