@@ -70,3 +70,50 @@ def test_source_names_no_registry_host():
                 "policies/go.yaml", "policies/git.yaml"):
         text = open(os.path.join(base, sub), encoding="utf-8").read()
         assert not [m.group(0) for m in host.finditer(text) if not m.group(0).startswith("example.")], sub
+
+
+def _rustup(tmp_path, toolchains):
+    """A rustup layout: CARGO_HOME/bin/cargo is rustup's proxy (a link to ``rustup``), each
+    toolchain's cargo names its own default index, as cargo's binary does."""
+    home = tmp_path / "cargo-home"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "rustup").write_bytes(b"\x7fELF rustup proxy, no index here")
+    os.symlink("rustup", home / "bin" / "cargo")
+    rustup = tmp_path / "rustup-home"
+    for name, host in toolchains.items():
+        b = rustup / "toolchains" / name / "bin"
+        b.mkdir(parents=True)
+        (b / "cargo").write_bytes(b"\x7fELF ... sparse+https://" + host.encode() + b"/ ...")
+    return {"CARGO_HOME": str(home), "RUSTUP_HOME": str(rustup)}, rustup
+
+
+def test_cargo_default_registry_under_rustup(tmp_path):
+    """rustup's proxy holds no index: the default comes from the cargo of the toolchain the
+    proxy would run: $RUSTUP_TOOLCHAIN, else the project's rust-toolchain.toml, else a
+    directory override, else rustup's default toolchain (a short name matched to the
+    installed folder with its host triple)."""
+    env, rustup = _rustup(tmp_path, {"stable-x86_64-unknown-linux-gnu": "stable.example.invalid",
+                                     "nightly-x86_64-unknown-linux-gnu": "nightly.example.invalid",
+                                     "1.80.0-x86_64-unknown-linux-gnu": "pinned.example.invalid"})
+    (rustup / "settings.toml").write_text('default_toolchain = "stable-x86_64-unknown-linux-gnu"\n')
+
+    def hosts(extra=None):
+        r = reader(tmp_path, {**env, **(extra or {})})
+        return {h for h, _p, _src in r.read("cargo")}, r
+
+    got, r = hosts()
+    assert got == {"stable.example.invalid"}, got
+    # The toolchain's cargo and rustup's settings are inputs of the plan: a change recompiles.
+    assert str(rustup / "settings.toml") in r.inputs
+    assert any(k.endswith("stable-x86_64-unknown-linux-gnu/bin/cargo") for k in r.inputs), r.inputs
+    assert hosts({"RUSTUP_TOOLCHAIN": "nightly"})[0] == {"nightly.example.invalid"}
+    (tmp_path / "proj").mkdir()
+    (rustup / "settings.toml").write_text('default_toolchain = "stable-x86_64-unknown-linux-gnu"\n'
+                                          f'[overrides]\n"{tmp_path / "proj"}" = "nightly-x86_64-unknown-linux-gnu"\n')
+    assert hosts()[0] == {"nightly.example.invalid"}
+    (tmp_path / "proj" / "rust-toolchain.toml").write_text('[toolchain]\nchannel = "1.80.0"\n')
+    assert hosts()[0] == {"pinned.example.invalid"}
+    # The variable beats the file, as in rustup.
+    assert hosts({"RUSTUP_TOOLCHAIN": "stable"})[0] == {"stable.example.invalid"}
+    # A toolchain that is not installed gives no host (a warning that the group is empty).
+    assert hosts({"RUSTUP_TOOLCHAIN": "beta"})[0] == set()

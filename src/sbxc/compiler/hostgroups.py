@@ -215,6 +215,12 @@ class Reader:
         for path in (os.path.join(cargo_home, "bin", "cargo"),) + tuple(os.path.join(d, "cargo") for d in SYSTEM_BIN):
             if os.path.isfile(path):
                 real = os.path.realpath(path)
+                if os.path.basename(real) in ("rustup", "rustup-init"):
+                    # rustup's proxy: cargo itself is the active toolchain's. None
+                    # installed: this cargo cannot run, and no other one is the user's.
+                    real = self._rustup_cargo()
+                    if not real:
+                        break
                 try:
                     st = os.stat(real)
                     with open(real, "rb") as f:
@@ -243,6 +249,61 @@ class Reader:
                 if isinstance(dl, str):
                     out += _url_hosts(dl, f"cargo index {name} download host")
         return out
+
+    def _rustup_cargo(self) -> str:
+        """The cargo binary that rustup's proxy would run for the project, without running
+        anything: the toolchain named by $RUSTUP_TOOLCHAIN, else by the nearest
+        ``rust-toolchain.toml`` / ``rust-toolchain`` from the project up, else by a
+        directory override in rustup's settings.toml (the deepest one containing the
+        project), else its ``default_toolchain``. A short name (``stable``) is matched to
+        the installed ``stable-<host triple>`` folder. '' when none is installed."""
+        import tomllib
+
+        rustup_home = self._env("RUSTUP_HOME") or os.path.join(self.home, ".rustup")
+        name = self._env("RUSTUP_TOOLCHAIN")
+        d = self.project
+        while not name and d:
+            for fname in ("rust-toolchain.toml", "rust-toolchain"):
+                data = self._file(os.path.join(d, fname))
+                if data is None:
+                    continue
+                text = data.decode("utf-8", "replace")
+                try:
+                    channel = (tomllib.loads(text).get("toolchain") or {}).get("channel")
+                except tomllib.TOMLDecodeError:
+                    channel = text.strip() if fname == "rust-toolchain" and "\n" not in text.strip() else None
+                if isinstance(channel, str) and channel:
+                    name = channel
+                    break
+            if name or d == "/":
+                break
+            d = os.path.dirname(d)
+        if not name:
+            data = self._file(os.path.join(rustup_home, "settings.toml"))
+            try:
+                settings = tomllib.loads(data.decode("utf-8", "replace")) if data else {}
+            except tomllib.TOMLDecodeError:
+                settings = {}
+            overrides = settings.get("overrides") or {}
+            best = ""
+            for folder, chain in overrides.items() if isinstance(overrides, dict) else ():
+                inside = self.project == folder or self.project.startswith(folder.rstrip("/") + "/")
+                if inside and isinstance(chain, str) and len(folder) > len(best):
+                    best, name = folder, chain
+            if not name and isinstance(settings.get("default_toolchain"), str):
+                name = settings["default_toolchain"]
+        if not name or "/" in name or name in (".", ".."):
+            return ""
+        toolchains = os.path.join(rustup_home, "toolchains")
+        try:
+            installed = sorted(os.listdir(toolchains))
+        except OSError:
+            return ""
+        for chain in [name] + [t for t in installed if t.startswith(name + "-")]:
+            path = os.path.join(toolchains, chain, "bin", "cargo")
+            if chain in installed and os.path.isfile(path):
+                return os.path.realpath(path)
+        return ""
 
     # ------------------------------------------------------------------ go
 
