@@ -28,6 +28,8 @@ How each kind of rule is mounted, and why:
 - A rule below a ``write`` rule: every folder between the two is bind-mounted onto itself.
   A mount point cannot be renamed or removed (EBUSY), so ``mv .git .git2`` followed by a
   fresh ``.git/hooks`` cannot step around a read-only ``.git/hooks``.
+- A symlink on the way to a rule's path as written (``/bin`` -> ``usr/bin``) is made
+  inside with the same target (``--symlink``) where no bind of the host's folder brings it.
 - ``/proc`` and ``/dev`` are bwrap's own (a fresh procfs for the new PID namespace, with
   ``/proc/sys`` read-only; a minimal /dev). Policy rules there are narrowed or, for
   ``mask``, already true.
@@ -144,6 +146,16 @@ def lower(plan: Plan, host) -> Lowered:
 
     for s in plan.skipped:
         verdicts.append(verdict(NAME, f"{s.access}? {s.path}", SKIPPED, s.span, s.reason))
+
+    # The links on the way to a rule's spelling (merged-/usr /bin -> usr/bin): bwrap mounts
+    # the real path, and the spelling leads there only if the link exists inside too. Under
+    # a bind of the host's folder it does already; on bwrap's own root or in a tmpfs it is
+    # made (--symlink, the same target text, so it resolves as on the host); in a masked
+    # folder it is not (the folder stays empty).
+    for link, target, _span in plan.links:
+        holder = _parent_rule(by_path, link)
+        if holder is None or holder.access == TMPFS:
+            add(link, ["--symlink", target, link])
 
     argv = [
         "--new-session",      # setsid: the command has no controlling terminal (no TIOCSTI)

@@ -160,6 +160,15 @@ def filesystem(plan: Plan):
 
     for s in plan.skipped:
         verdicts.append(verdict(NAME, f"{s.access}? {s.path}", SKIPPED, s.span, s.reason))
+    # A link on the way to a rule's spelling (merged-/usr /bin -> usr/bin) is there inside
+    # only under a bind of the host's folder: the bundle mounts the real path, and OCI has
+    # no way to make a symlink in the root or in a tmpfs.
+    for link, target, span in plan.links:
+        holder = _parent_rule(by_path, link)
+        if holder is None or holder.access == TMPFS:
+            verdicts.append(verdict(NAME, f"link {link}", NARROWED, span,
+                                    f"{link} is a symlink (to {target}) on the host and is missing in the container: "
+                                    "the rule's real path is mounted, reach it by that path (or add read /)"))
     mounts = [m for _key, m in sorted(ops, key=lambda o: o[0])]
     return mounts, readonly, verdicts
 

@@ -52,9 +52,19 @@ class HostPaths:
 
     def realpath(self, path: str) -> str:
         """Like os.path.realpath, through ``lstat``/``readlink`` only. Missing tails stay as written."""
+        return self._resolve(path)[0]
+
+    def links_on_way(self, path: str) -> list[tuple[str, str]]:
+        """Every symlink met while resolving ``path`` as ``realpath`` does, in order: (where
+        it was met, its target as written). Inside a sandbox built from mounts (bwrap,
+        OCI) a rule's real path is mounted; these are the links that make the rule's own
+        spelling (``/bin`` on a merged-/usr system) lead there too."""
+        return self._resolve(path)[1]
+
+    def _resolve(self, path: str) -> tuple[str, list[tuple[str, str]]]:
         parts = [p for p in path.split("/") if p and p != "."]
         resolved = "/"
-        links = 0
+        met: list[tuple[str, str]] = []
         while parts:
             part = parts.pop(0)
             if part == "..":
@@ -63,16 +73,16 @@ class HostPaths:
             cand = posixpath.join(resolved, part)
             st = self.lstat(cand)
             if st is not None and st.kind == "symlink":
-                links += 1
-                if links > MAX_SYMLINKS:
-                    return posixpath.join(cand, *parts)
+                if len(met) >= MAX_SYMLINKS:
+                    return posixpath.join(cand, *parts), met
                 target = self.readlink(cand)
+                met.append((cand, target))
                 if target.startswith("/"):
                     resolved = "/"
                 parts = [p for p in target.split("/") if p and p != "."] + parts
                 continue
             resolved = cand
-        return resolved
+        return resolved, met
 
     def kind(self, real: str) -> str:
         st = self.lstat(real)

@@ -91,6 +91,7 @@ def normalize(st: Settings, ctx: Context, root_dir: str, sources: tuple = ()) ->
     cands += _rule_candidates(expanded, ctx, user_dirs, skipped)
     fs = _one_rule_per_path(cands, ctx.diags)
     _check_undoable_masks(fs, ctx.diags)
+    links = _links(cands, home, ctx)
     network = _network(st.network, ctx.diags, st.host_groups, lambda: _group_reader(ctx, home_real, project_real))
     env = _env(st.env, ctx.diags)
     syscalls = _syscalls(st.syscalls)
@@ -113,8 +114,22 @@ def normalize(st: Settings, ctx: Context, root_dir: str, sources: tuple = ()) ->
         syscalls=syscalls,
         landlock=landlock,
         sources=tuple(sources),
+        links=links,
         workspace=workspace,
     )
+
+
+def _links(cands: list[_Cand], home: str, ctx: Context) -> tuple[tuple[str, str, Span], ...]:
+    """The symlinks on the way to each non-mask rule's path as written (and to $HOME, which
+    the command uses by name), with the first rule that met each: ``Plan.links``."""
+    found: dict[str, tuple[str, Span]] = {}
+    for c in cands:
+        spelled = c.lexical or (lexical(home) if c.origin == "home" and home.startswith("/") else "")
+        if c.access == MASK or not spelled:
+            continue
+        for link, target in ctx.paths.links_on_way(spelled):
+            found.setdefault(link, (target, c.span))
+    return tuple((link, target, span) for link, (target, span) in sorted(found.items()))
 
 
 # ---------------------------------------------------------------- home, project, cache

@@ -184,6 +184,10 @@ class Plan:
     landlock: LandlockPlan
     sources: tuple[tuple[str, str], ...] = ()
     """(path, sha256) of every policy file that went into the plan."""
+    links: tuple[tuple[str, str, Span], ...] = ()
+    """(link, target as written, the first rule that met it) for every symlink met on the way to a ``read``, ``write``
+    or ``tmpfs`` rule's path as the policy spelled it, sorted: a backend that builds the
+    sandbox from mounts makes them, so that the spelling leads to the mounted real path."""
     workspace: tuple[tuple[str, object], ...] = ()
     """Per-session workspace settings, as (name, value): ``max_sessions`` and ``max_bytes``
     (only when a policy sets them), ``pool`` (ready copies), ``stage`` (((source, dest), ...)
