@@ -16,6 +16,7 @@ SRC = os.path.join(os.path.dirname(__file__), "..", "src", "sbxc")
 # exec hot path can load them cheaply.
 LEAVES = frozenset({
     "sbxc.layout",      # folder layout, names, backend names, versions
+    "sbxc.fastos",      # os for the exec hot path, without importing os
     "sbxc.hostfacts",   # facts about a host that a plan assumes
     "sbxc.planfile",    # the plan file's layout
     "sbxc.verdict",     # the enforcement-report verdict type

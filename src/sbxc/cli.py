@@ -67,7 +67,9 @@ def main(argv=None) -> int:
 
         sys.stderr.write(f"sbxc: {unknown('command', argv[0], list(BY_NAME))}; sbxc help lists them\n")
         return 2
-    from os import environ
+    from .fastos import os
+
+    environ = os.environ
 
     from .layout import ROOT_ENV, root_env_problem
 

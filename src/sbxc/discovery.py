@@ -7,7 +7,7 @@ Discovery takes ``sandbox.policy.yaml`` in the current folder or the nearest par
 holds one as a regular file (``exists``: followed links count, as the compiler reads
 them); with none, ``builtin:default`` applies.
 """
-import os
+from .fastos import os  # the hot path's os (sbxc.fastos)
 
 from .layout import BUILTIN_PREFIX, DEFAULT_POLICY, POLICY_NAME
 

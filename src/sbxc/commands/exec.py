@@ -9,7 +9,7 @@ Hot path: a cached plan loads this module, the runtime and nothing of the compil
 ``argparse`` (milliseconds of imports on every run): the command line is read by
 ``_args``, the one grammar every command shares, which imports nothing heavy.
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 import sys
 
 from ..runtime.errors import REFUSED, Refusal

@@ -21,7 +21,7 @@ stderr is held back while bwrap sets up (the seccomp program, written into a pip
 is still unread: bwrap reads it after every mount, right before it execs), so that a set-up
 failure shows as one ``sbxc:`` line and not raw.
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 import sys
 
 from ..layout import BWRAP_EMPTY_FD as EMPTY_FD

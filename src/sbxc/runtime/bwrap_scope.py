@@ -13,7 +13,7 @@ applies to every domain, but nothing outside bwrap's PID namespace is visible to
 The domain is made in the forked child just before it execs bwrap, so bwrap and the
 command inherit it and sbxc's own process stays outside.
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 from .errors import Refusal
 

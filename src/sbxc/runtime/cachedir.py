@@ -40,7 +40,7 @@ never touches ``os.environ``.
 The folders are opened and checked by ``sbxc.runtime.safeopen`` (its module text says
 how and why).
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 from ..layout import CACHE_MARKER_SUFFIX as MARKER_SUFFIX
 from .errors import Refusal, one_line

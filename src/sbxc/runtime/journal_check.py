@@ -7,7 +7,7 @@ module text says how the windows are bounded by ctimes); this module reads them.
 a plan-cache miss and in ``compile --check``: a cached plan was stored after its sources
 passed this check.
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 from ..linkwalk import links_on_the_way
 from .errors import Refusal, one_line

@@ -12,7 +12,7 @@ closed every descriptor above 2: the child stays behind as the command's reaper
 Imports: os, _signal and ctypes (through landlock_sys); fcntl only with per-run folders,
 time only when processes are left to end. This is the ``sbxc exec`` hot path.
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 from . import landlock_sys as ll
 from .errors import Refusal

@@ -13,7 +13,7 @@ plan cache). No ``re``, ``json`` (except for ``--plan`` on a marshal-cache miss)
 ``argparse``, ``subprocess``, ``dataclasses``, ``fnmatch``: each costs milliseconds on
 every run (see bench/README.md).
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 import sys
 
 from ..layout import PLAN_FORMAT

@@ -11,7 +11,7 @@ writes puts that folder first on ``sys.path``, so a planted ``sbxc/`` there runs
 of this code (SECURITY.md). That entry is left out here for the same reason: whatever
 planted code it could hold has already run, and it is the folder commands work in.
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 import sys
 
 from .errors import Refusal, one_line

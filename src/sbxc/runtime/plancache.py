@@ -11,7 +11,7 @@ Hot path: ``os``, ``marshal`` and a sha256 from the interpreter's builtin module
 compiler (PyYAML, Lark, libseccomp) is never imported here: on a miss the plan cache
 calls the compile function the ``exec`` command handed in.
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 from .. import discovery
 from ..layout import PACKAGE_DIR, VERSION

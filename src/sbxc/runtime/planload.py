@@ -4,7 +4,7 @@ else and no sandboxed command could have written, and parsed once per content.
 Hot path for ``--plan``: ``os``, and the plans folder's marshal copy of the file; ``json``
 only the first time a given file content is seen.
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 from ..layout import default_cache_root
 from .errors import Refusal, one_line

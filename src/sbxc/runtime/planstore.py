@@ -19,7 +19,7 @@ Hot path: ``os``, ``marshal`` and a sha256 from the interpreter's builtin module
 failed open per watched file that does not exist.
 """
 import marshal
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 import sys
 

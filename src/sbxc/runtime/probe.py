@@ -3,7 +3,7 @@
 Cheap facts (uid, home, Landlock ABI, where bwrap is) cost no subprocess; the ones that do
 (bwrap's version, whether it can make namespaces) are asked for explicitly.
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 _SYS_LANDLOCK_CREATE_RULESET = {"x86_64": 444, "aarch64": 444}

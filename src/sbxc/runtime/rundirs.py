@@ -11,7 +11,7 @@ covers the few microseconds between a folder's mkdir and its lock.
 
 Hot path (only with per-run folders): ``os`` and ``fcntl``; ``time`` when reaping.
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 from ..layout import RUN_DIR_PREFIX
 from .errors import Refusal

@@ -19,7 +19,7 @@ the command (every descriptor but 0, 1, 2 is closed before the command's exec).
 """
 from __future__ import annotations
 
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 import sys
 
 from .errors import Refusal

@@ -9,7 +9,7 @@ checked folder away and put their own in its place after the checks.
 
 Hot path: ``os`` and ``stat``.
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 import stat
 
 from ..layout import CACHE_ROOT_TEMPLATE

@@ -10,7 +10,7 @@ here (``HostNow``, as ``ctx.host``) instead of probing again.
 Hot path: ``os`` only; the trusted bwrap lookup and the Landlock ABI are read once per
 run and only for the backend that needs them.
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 from .errors import Refusal
 

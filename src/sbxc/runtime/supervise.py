@@ -8,7 +8,7 @@ Statuses are as a shell reports them: the command's own, 128+N when it died of s
 
 Hot path: ``os``, ``_signal`` and ``select``; ``time`` only when processes are left to end.
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 import sys
 
 from .errors import REFUSED, Refusal, one_line

@@ -24,7 +24,7 @@ goes on, entries that appear and vanish under the walk. So every walk here:
 
 Only ``os`` and ``stat``: this is on the ``sbxc exec`` path (per-run folders, throwaways).
 """
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 import stat
 
 _READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
