@@ -10,7 +10,7 @@ checked folder away and put their own in its place after the checks.
 Hot path: ``os`` and ``stat``.
 """
 from ..fastos import os  # the hot path's os (sbxc.fastos)
-import stat
+import _stat as stat  # the builtin module: stat.py (frozen) would cost an import on every run
 
 from ..layout import CACHE_ROOT_TEMPLATE
 
