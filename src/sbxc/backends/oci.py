@@ -7,7 +7,8 @@ kubernetes``.
 ``Lowered.data``::
 
     {"config": {...},           # config.json without the run's command, environment and folder
-     "network": "on" | "off" | "rules"}
+     "network": "on" | "off" | "rules",
+     "links": [[link, target], ...]}  # only when there are any: symlinks to make in rootfs
 
 The runtime fills in ``process.args``, ``process.env`` and ``process.cwd``; everything
 else is here. Paths in the config are relative to the bundle where they are sbxc's own:
@@ -91,8 +92,8 @@ def empty_file(path: str) -> dict:
 
 
 def filesystem(plan: Plan):
-    """(mounts, readonly paths, verdicts) for ``plan.fs``: mounts in setup order,
-    parents before children."""
+    """(mounts, readonly paths, verdicts, links to make in the rootfs) for ``plan.fs``:
+    mounts in setup order, parents before children."""
     verdicts = []
     ops: list[tuple[tuple[int, str, int], dict]] = []
     readonly: list[str] = []
@@ -160,17 +161,22 @@ def filesystem(plan: Plan):
 
     for s in plan.skipped:
         verdicts.append(verdict(NAME, f"{s.access}? {s.path}", SKIPPED, s.span, s.reason))
-    # A link on the way to a rule's spelling (merged-/usr /bin -> usr/bin) is there inside
-    # only under a bind of the host's folder: the bundle mounts the real path, and OCI has
-    # no way to make a symlink in the root or in a tmpfs.
+    # A link on the way to a rule's spelling (merged-/usr /bin -> usr/bin): under a bind of
+    # the host's folder it is there already; in the root it is made in the bundle's rootfs
+    # folder (``links``: the runner and ``sbxc compile -o`` make them, with the host's
+    # target text, before runc mounts anything); in a tmpfs it cannot be (runc mounts the
+    # tmpfs over the rootfs, and OCI has no way to make a file in it).
+    links = []
     for link, target, span in plan.links:
         holder = _parent_rule(by_path, link)
-        if holder is None or holder.access == TMPFS:
+        if holder is None:
+            links.append([link, target])
+        elif holder.access == TMPFS:
             verdicts.append(verdict(NAME, f"link {link}", NARROWED, span,
-                                    f"{link} is a symlink (to {target}) on the host and is missing in the container: "
-                                    "the rule's real path is mounted, reach it by that path (or add read /)"))
+                                    f"{link} is a symlink (to {target}) on the host, inside a tmpfs here, which OCI "
+                                    "cannot make it in: the rule's real path is mounted, reach it by that path"))
     mounts = [m for _key, m in sorted(ops, key=lambda o: o[0])]
-    return mounts, readonly, verdicts
+    return mounts, readonly, verdicts, links
 
 
 # ------------------------------------------------------------------ seccomp as JSON
@@ -275,7 +281,7 @@ def identity(uid: int, gid: int) -> tuple[dict, dict]:
 
 
 def lower(plan: Plan, host) -> Lowered:
-    mounts, readonly, verdicts = filesystem(plan)
+    mounts, readonly, verdicts, links = filesystem(plan)
     net = plan.network
     namespaces = ["pid", "ipc", "uts", "mount", "cgroup", "user"]
     if net.mode in (NET_OFF, NET_RULES, NET_HOSTS):
@@ -351,4 +357,7 @@ def lower(plan: Plan, host) -> Lowered:
         "mounts": mounts,
         "linux": linux,
     }
-    return Lowered(NAME, {"config": config, "network": net.mode}, tuple(verdicts))
+    data = {"config": config, "network": net.mode}
+    if links:
+        data["links"] = links
+    return Lowered(NAME, data, tuple(verdicts))

@@ -112,7 +112,8 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
                 # For the OCI backend -o names a bundle folder (config.json, rootfs, the plan).
                 from .export import write_bundle
 
-                write_bundle(os.path.join(cwd, args.output), data, lowered.data["config"], result.plan)
+                write_bundle(os.path.join(cwd, args.output), data, lowered.data["config"], result.plan,
+                             lowered.data.get("links", ()))
             elif args.output == "-":
                 stdout.flush()
                 getattr(stdout, "buffer", None).write(data) if hasattr(stdout, "buffer") else stdout.write(data.decode())

@@ -322,20 +322,23 @@ def run(argv, *, cwd, environ, host, probe=None, stdout=None, stderr=None, paths
     return 0
 
 
-def write_bundle(directory: str, planfile_bytes: bytes, config: dict, plan) -> None:
+def write_bundle(directory: str, planfile_bytes: bytes, config: dict, plan, links=()) -> None:
     """An OCI bundle for ``runc run --bundle DIRECTORY``: ``config.json`` (the command is
     ``sh``, the folder the project, the environment ``env.set`` and the cache variables:
-    nothing of the caller's environment is written to disk), an empty ``rootfs``, the empty
-    file masked files are bound from, and the plan file itself (``plan.json``)."""
+    nothing of the caller's environment is written to disk), a ``rootfs`` holding only the
+    ``links`` (the lowering's symlinks, as the runner makes them), the empty file masked
+    files are bound from, and the plan file itself (``plan.json``)."""
     import json
 
     from ..backends.oci import EMPTY_FILE, ROOTFS
+    from ..runtime.oci_links import make_links
 
     cfg = json.loads(json.dumps(config))
     cfg["process"].update(args=["sh"], cwd=plan.project,
                           env=["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
                           + [f"{k}={v}" for k, v in list(plan.cache.env) + list(plan.env.set)])
     os.makedirs(os.path.join(directory, ROOTFS), exist_ok=True)
+    make_links(os.path.join(directory, ROOTFS), links)
     empty = os.path.join(directory, EMPTY_FILE)
     if not os.path.exists(empty):
         os.close(os.open(empty, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444))
