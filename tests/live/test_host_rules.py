@@ -1,6 +1,7 @@
 """Host rules, live (SPEC §2, §5): the command reaches upstream servers that the test starts
 on loopback only through sbxc's proxy, and only where a rule allows; refused hosts are
-named after the run with the rule to add. Both backends, as root and unprivileged.
+named after the run with the rule to add. bwrap, Landlock and OCI (runc), as root and
+unprivileged (rootless runc).
 
 Every upstream is a server of this test on 127.0.0.1; refused targets are loopback or
 ``.invalid`` names, never another host.
@@ -18,7 +19,15 @@ import pytest
 
 pytestmark = pytest.mark.live
 
-BACKENDS = ["bwrap", "landlock"]
+BACKENDS = ["bwrap", "landlock", "oci"]
+
+
+@pytest.fixture(autouse=True)
+def _runc_for_oci(request):
+    from conftest import runc_for
+
+    runc_for(request)
+
 
 CLIENT = r'''
 import os, socket, ssl, sys, urllib.request

@@ -286,12 +286,15 @@ def _runc_call(argv: list, env: dict, log_w: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-def _still_waiting(pid: int, runc: str) -> bool:
-    """Whether ``pid`` (sbxc's unreaped child) is still runc's init, which has not exec'd
-    the command: its argv is runc's own ``RUNC init``."""
+def _still_waiting(pid: int, runc: str, fifo: str) -> bool:
+    """Whether ``pid`` (sbxc's unreaped child) was never released to the command: runc's
+    exec fifo is still there (`runc start` removes it once it has read it) and the process
+    is still runc's init (its argv ``RUNC init``), not the command."""
+    if not os.path.exists(fifo):
+        return False
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            args = f.read(4096).split(b"\\0")
+            args = f.read(4096).split(b"\0")
     except OSError:
         return False
     return len(args) >= 2 and args[1] == b"init" and os.path.basename(args[0]) == os.path.basename(runc).encode()
@@ -421,7 +424,7 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
         if _runc_call(base_argv + ["start", cid], env, log_w) == 0:
             started[0] = True
             return True
-        if _still_waiting(init[0], argv[0]):
+        if _still_waiting(init[0], argv[0], bundle + "/" + cid + "/exec.fifo"):
             msg = log_error(read_log())
             refused.append(runc_failure(msg) if msg else
                            Refusal("runc start failed before the command started", "run sbxc doctor"))
