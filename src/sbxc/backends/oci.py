@@ -313,10 +313,10 @@ def lower(plan: Plan, host) -> Lowered:
             # namespace between `runc create` and `runc start` (runtime/oci_run): that
             # namespace keeps loopback alone, so the proxy is the only way out.
             verdicts.append(verdict(NAME, host_subject(h), ENFORCED, h.span,
-                                    "through sbxc's proxy (sbxc exec): the container's network namespace has "
-                                    "loopback only, and the proxy listens inside it, on 127.0.0.1:3128; a bundle "
-                                    "written by compile -o and run by another runtime gets no proxy, so it has no "
-                                    "network there"))
+                                    "through sbxc's proxy: the container's network namespace has loopback only, "
+                                    "and sbxc exec puts the proxy's listener inside it (127.0.0.1:3128) before "
+                                    "runc start; a bundle from compile -o run without sbxc has no proxy and so no "
+                                    "network"))
 
     ws_span = dict(plan.workspace).get("span")
     if ws_span is not None:
