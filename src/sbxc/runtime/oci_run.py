@@ -19,6 +19,13 @@ was released to exec the command. No pid file and a non-zero status: the command
 ran, and the log's error names the cause (exit 125, or 127/126 for a command runc could
 not find or exec, as a shell).
 
+Host rules (``_split_run``): the proxy's listener must be in the container's network
+namespace before the command starts, so such runs use `runc create`, the listener
+(``proxy_netns``, as on bwrap), the core's last checks, then `runc start` (the core's
+``release``), and sbxc itself waits for the container's process (a child subreaper) and
+runs `runc delete` after it. There the pid file is written by `runc create`, so it does
+not mean the command started: ``release`` says so. Every other run is one `runc run`.
+
 A user's runc runs rootless (``--rootless true``): its user namespace maps the caller as
 the container's root (the plan says so), and it makes no cgroup it may not make.
 
