@@ -132,7 +132,7 @@ sys.exit(1)
 def test_oci_nothing_is_left_after_a_run(runc, sbxc, upstream):
     """While the command runs, runc lists its container in the run's folder (the control:
     the check sees a container that exists); once sbxc returned, the folder (runc's state
-    with it) is gone, `runc list` on it shows nothing, and no process of the run is left."""
+    with it) is gone, and no process or cgroup of the run is left."""
     tag = uuid.uuid4().hex
     plans = _plans(sbxc.home)
     before = _run_dirs(plans)
@@ -148,11 +148,10 @@ def test_oci_nothing_is_left_after_a_run(runc, sbxc, upstream):
     assert listed.startswith("sbxc-"), listed
     if os.geteuid() == 0:
         assert in_cgroup == "True", in_cgroup  # the control for the cgroup check below
+    # runc's state root was the run's folder: with it gone, runc knows no container of the
+    # run (`runc list` is not asked again: it would make the folder anew).
     assert _run_dirs(plans) == before
     assert not os.path.exists(rundir)
-    left = subprocess.run([runc, "--root", rundir] + ([] if os.geteuid() == 0 else ["--rootless", "true"])
-                          + ["list", "-q"], capture_output=True, text=True)
-    assert left.stdout.strip() == "", left
     assert _tagged(tag, plans) == []
     assert _cgroups(listed) == []
 
