@@ -157,7 +157,7 @@ def test_oci_nothing_is_left_after_a_run(runc, sbxc, upstream):
 
 
 FAULT = r"""
-import os, shutil, subprocess, sys
+import os, shutil, signal, subprocess, sys
 from sbxc.runtime import oci_run, proxy_netns
 
 where, seen = os.environ["SBXC_TEST_FAULT"], os.environ["SBXC_TEST_SEEN"]
@@ -199,6 +199,15 @@ elif where == "start":
         return real(argv, env, log_w)
     oci_run._runc_call = call
 
+elif where == "signal":
+    from sbxc.runtime import proxy_run
+    real_listen = proxy_run.ProxyRun.listen_in
+    def listen_in(self, joiner, launcher_pid, child_pid):
+        real_listen(self, joiner, launcher_pid, child_pid)
+        note()
+        os.kill(os.getpid(), signal.SIGTERM)  # as from a timeout, before runc start
+    proxy_run.ProxyRun.listen_in = listen_in
+
 from sbxc.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -211,11 +220,12 @@ FAULT_LINES = {
 }
 
 
-@pytest.mark.parametrize("where", ["setns", "start"])
+@pytest.mark.parametrize("where", ["setns", "start", "signal"])
 def test_oci_failure_before_the_start_leaves_nothing(runc, sbxc, upstream, where):
     """Fail closed: the listener cannot be made in the container's namespace (the kernel's
     refusal of setns, simulated in sbxc's helper), or `runc start` fails: 125, one sbxc
-    line, the command never ran, and the container that existed at that moment (seen by
+    line; or sbxc gets SIGTERM before the start: 143, as the signal's default action. The
+    command never ran, and the container that existed at that moment (seen by
     `runc list` from inside the fault: the control) is deleted, its state folder and its
     waiting process gone. Control: the same run without the fault runs the command."""
     tag = uuid.uuid4().hex
@@ -228,9 +238,12 @@ def test_oci_failure_before_the_start_leaves_nothing(runc, sbxc, upstream, where
     seen = os.path.join(str(sbxc.home), "seen")
     env = base_env(sbxc.home, {"SBXC_TEST_FAULT": where, "SBXC_TEST_SEEN": seen})
     r = run([PYTHON, "-c", FAULT, "exec", "--policy", ppath, "--", "touch", marker], env=env, cwd=sbxc.project)
-    assert r.rc == 125, r
     lines = [line for line in r.err.splitlines() if line.startswith("sbxc: ") and "warning" not in line]
-    assert lines == [FAULT_LINES[where]], r
+    if where == "signal":
+        assert r.rc == 128 + 15 and lines == [], r
+    else:
+        assert r.rc == 125, r
+        assert lines == [FAULT_LINES[where]], r
     assert not os.path.exists(marker), r
     with open(seen) as f:
         text = f.read()
