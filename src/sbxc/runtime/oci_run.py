@@ -275,7 +275,9 @@ def _runc_call(argv: list, env: dict, log_w: int) -> int:
     """Run one short runc command (start, delete) to its end; its exit code (125 when it
     could not be started). Its output and log go to the log pipe (``argv`` names fd 2 as
     the log), never to the command's stderr; its own process group keeps the terminal's
-    Ctrl-C away from it."""
+    Ctrl-C away from it. A descriptor sbxc holds without close-on-exec (a caller's
+    ``--status-fd``) reaches only this runc, which gives the container nothing: its
+    process was made by `runc create`, with the core's descriptors only."""
     import _signal
 
     try:
@@ -334,12 +336,13 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
     def delete() -> None:
         if deleted[0] or not created[0]:
             return
-        deleted[0] = True
         # The container's process is gone (reaped): runc sees it stopped and removes its
         # cgroup and state at once (a created container would cost its 100 ms kill loop).
+        # Not deleted: tried again by the cleanup, which reports a second failure.
         if _runc_call(base_argv + ["delete", "--force", cid], env, log_w) != 0:
             msg = log_error(read_log())
             raise OSError(f"runc could not delete the container {cid} ({one_line(msg or 'no reason given', 200)})")
+        deleted[0] = True
 
     def abort() -> None:
         """End the container before its command: kill and reap its waiting process, delete it."""
@@ -359,6 +362,14 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
         init[0] = 0
         delete()
 
+    def abort_here() -> None:
+        # In the core's flow (launched, release): a failed delete must not replace the
+        # refusal; the cleanup (end_container) tries again and reports it.
+        try:
+            abort()
+        except OSError:
+            pass
+
     def end_container() -> None:
         # After the run (the core reaped the process: the kill finds nothing, the
         # container is stopped), or when the core gave up early: whatever is left goes.
@@ -368,21 +379,17 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
         joiner = None
         try:
             joiner = proxy.joiner()  # forked now: its start-up overlaps runc's
-            while True:
-                try:
-                    _, status = os.waitpid(pid, 0)
-                    break
-                except ChildProcessError:
-                    status = -1
-                    break
-            code = os.waitstatus_to_exitcode(status) if status != -1 else 125
+            try:
+                code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            except ChildProcessError:
+                code = 125
             created[0] = os.path.isdir(bundle + "/" + cid)  # runc's state folder: delete it whatever happened
             child = container_pid(pid_file)
             if code != 0 or child <= 0:
                 create_failed[0] = code if code != 0 else 125
                 if child > 0:
                     _adopt(child)
-                abort()
+                abort_here()
                 return 0
             _adopt(child)
             proxy.listen_in(joiner, os.getpid(), child)
@@ -393,10 +400,7 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
             why = str(e) if isinstance(e, NetnsError) else f"{type(e).__name__}: {e}"
             refused.append(Refusal(f"the network proxy could not be put into the container ({one_line(why, 200)})",
                                    "check that runc may create user and network namespaces (sbxc doctor)"))
-            try:
-                abort()
-            except BaseException:  # noqa: BLE001 - the refusal stands; end_container tries again
-                pass
+            abort_here()
             return 0
         finally:
             if joiner is not None:
@@ -426,20 +430,21 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
         if init[0] <= 0:
             return False
         if not go or pending[0]:
-            abort()
+            abort_here()
             return False
-        if _runc_call(base_argv + ["start", cid], env, log_w) == 0:
-            started[0] = True
-            return True
-        if _still_waiting(init[0], argv[0], bundle + "/" + cid + "/exec.fifo"):
+        if _runc_call(base_argv + ["start", cid], env, log_w) != 0 and \
+                _still_waiting(init[0], argv[0], bundle + "/" + cid + "/exec.fifo"):
             msg = log_error(read_log())
             refused.append(runc_failure(msg) if msg else
                            Refusal("runc start failed before the command started", "run sbxc doctor"))
-            abort()
+            abort_here()
             return False
-        # runc released the process and then failed: the command may be running; its
-        # status is what counts from here.
+        # Started (or runc released the process and then failed: the command may be
+        # running, and its status is what counts from here).
         started[0] = True
+        late, pending[0] = pending[0], 0
+        if late:
+            deliver(late, 0)  # it came while runc start ran: the command gets it now
         return True
 
     def deliver(signum: int, _child: int) -> None:
