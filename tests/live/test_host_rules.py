@@ -240,6 +240,8 @@ def test_proxy_variables_for_the_toolchains(sbxc, backend, upstream):
         assert env.get(name, "").startswith("http://127.0.0.1:"), (name, r)
     assert env["ALL_PROXY"].startswith("socks5h://127.0.0.1:") and env["all_proxy"] == env["ALL_PROXY"]
     assert env["NO_PROXY"] == "" and env["no_proxy"] == ""
+    # The network is there through the proxy: none of the no-network retry settings.
+    assert "npm_config_fetch_retries" not in env and "RES_OPTIONS" not in env, r
 
 
 NETNS_PROBE = r"""
