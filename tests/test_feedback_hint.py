@@ -94,5 +94,7 @@ def test_offline_env_only_without_network():
     assert offline_env("off", "landlock") == [list(kv) for kv in OFFLINE_ENV]
     assert offline_env("rules", "bwrap") and not offline_env("rules", "landlock")
     assert not offline_env("on", "bwrap")
+    # Host rules go through the proxy on every backend, OCI included: no offline settings.
+    assert not offline_env("hosts", "bwrap") and not offline_env("hosts", "oci")
     names = dict(OFFLINE_ENV)
     assert names["npm_config_fetch_retries"] == "0" and names["PIP_RETRIES"] == "1"

@@ -88,7 +88,7 @@ def offline_env(mode: str, backend: str) -> list:
     """OFFLINE_ENV where the run has no network: ``network: false``, and per-port rules on
     bwrap and OCI (narrowed to no network). Under Landlock and macOS the listed ports stay
     open."""
-    if mode == "off" or (mode == "rules" and backend in ("bwrap", "oci")) or (mode == "hosts" and backend == "oci"):
+    if mode == "off" or (mode == "rules" and backend in ("bwrap", "oci")):
         return [list(kv) for kv in OFFLINE_ENV]
     return []
 

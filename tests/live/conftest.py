@@ -116,6 +116,19 @@ def bwrap_works():
     return bwrap
 
 
+def runc_for(request) -> None:
+    """Skip a case parametrized with ``backend="oci"`` when Debian's runc is missing
+    (scripts/setup installs it; CI has it, so nothing skips there)."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is None or callspec.params.get("backend") != "oci":
+        return
+    from sbxc.runtime.probe import host_program
+
+    found, why = host_program("runc", os.environ)
+    if not found:
+        pytest.skip(f"runc is not installed ({why or 'not in the system program folders'}); scripts/setup installs it")
+
+
 def remove_project_cache(project: str, root: str = "") -> None:
     """Delete the per-project cache folder sbxc made for a test's throwaway project (and
     its marker), so test runs do not pile folders up under the cache root."""

@@ -1,4 +1,4 @@
-"""``sbxc exec --format json``, live on both backends: the run's status as one JSON object,
+"""``sbxc exec --format json``, live on bwrap, Landlock and OCI: the run's status as one JSON object,
 on stderr or on a descriptor of the caller's that the sandboxed command never holds; the
 hosts the proxy refused are in it with the rule to add. Text mode is unchanged.
 
@@ -17,7 +17,14 @@ from conftest import PYTHON, base_env, interpreter_rules, run
 
 pytestmark = pytest.mark.live
 
-BACKENDS = ["bwrap", "landlock"]
+BACKENDS = ["bwrap", "landlock", "oci"]
+
+
+@pytest.fixture(autouse=True)
+def _runc_for_oci(request):
+    from conftest import runc_for
+
+    runc_for(request)
 
 PROBE = r"""
 import os, sys, urllib.request

@@ -1,6 +1,7 @@
 """Host rules, live (SPEC §2, §5): the command reaches upstream servers that the test starts
 on loopback only through sbxc's proxy, and only where a rule allows; refused hosts are
-named after the run with the rule to add. Both backends, as root and unprivileged.
+named after the run with the rule to add. bwrap, Landlock and OCI (runc), as root and
+unprivileged (rootless runc).
 
 Every upstream is a server of this test on 127.0.0.1; refused targets are loopback or
 ``.invalid`` names, never another host.
@@ -18,7 +19,15 @@ import pytest
 
 pytestmark = pytest.mark.live
 
-BACKENDS = ["bwrap", "landlock"]
+BACKENDS = ["bwrap", "landlock", "oci"]
+
+
+@pytest.fixture(autouse=True)
+def _runc_for_oci(request):
+    from conftest import runc_for
+
+    runc_for(request)
+
 
 CLIENT = r'''
 import os, socket, ssl, sys, urllib.request
@@ -231,6 +240,8 @@ def test_proxy_variables_for_the_toolchains(sbxc, backend, upstream):
         assert env.get(name, "").startswith("http://127.0.0.1:"), (name, r)
     assert env["ALL_PROXY"].startswith("socks5h://127.0.0.1:") and env["all_proxy"] == env["ALL_PROXY"]
     assert env["NO_PROXY"] == "" and env["no_proxy"] == ""
+    # The network is there through the proxy: none of the no-network retry settings.
+    assert "npm_config_fetch_retries" not in env and "RES_OPTIONS" not in env, r
 
 
 NETNS_PROBE = r"""

@@ -129,9 +129,11 @@ def test_port_rules_mean_no_network(runc, sbxc, tcp_server):
     assert r.rc != 0 and "REACHED" not in r.out, r
 
 
-def test_host_rules_mean_no_network(runc, sbxc, tcp_server):
-    """The OCI runner starts no proxy: a host rule must not leave the host's network
-    reachable (the control above shows this connection succeeds with the network on)."""
+def test_host_rules_leave_no_direct_route(runc, sbxc, tcp_server):
+    """A host rule goes through sbxc's proxy, never around it: a direct connection to the
+    address the rule names is refused (the control above shows this connection succeeds
+    with the network on; test_oci_host_rules.py reaches the same kind of server through the
+    proxy)."""
     connect = f"import socket; socket.create_connection(('127.0.0.1', {tcp_server.port}), timeout=3); print('REACHED')"
     policy = "sbxc: 1\nextends: [builtin:default]\nnetwork: [allow 127.0.0.1:%d]\n" % tcp_server.port
     r = sbxc(policy, SANDBOX_PYTHON, "-c", connect, args=OCI)

@@ -7,7 +7,7 @@ kubernetes``.
 ``Lowered.data``::
 
     {"config": {...},           # config.json without the run's command, environment and folder
-     "network": "on" | "off" | "rules",
+     "network": "on" | "off" | "rules" | "hosts",
      "links": [[link, target], ...]}  # only when there are any: symlinks to make in rootfs
 
 The runtime fills in ``process.args``, ``process.env`` and ``process.cwd``; everything
@@ -321,12 +321,17 @@ def lower(plan: Plan, host) -> Lowered:
             verdicts.append(verdict(NAME, f"{r.op} {r.proto} {ports}", NARROWED, r.span,
                                     "an OCI runtime cannot allow single ports: the network is off (use --backend "
                                     "landlock for per-port rules)"))
+        from .bwrap import host_subject
+
         for h in getattr(net, "hosts", ()):
-            # The proxy is wired into the bwrap, Landlock and macOS runners only: under runc
-            # the command gets an empty network namespace, so a host rule grants nothing.
-            verdicts.append(verdict(NAME, h.text, NARROWED, h.span,
-                                    "the OCI runner does not start sbxc's proxy: the network is off (use --backend "
-                                    "bwrap or landlock for host rules)"))
+            # The runner makes the proxy's listener inside the container's own network
+            # namespace between `runc create` and `runc start` (runtime/oci_run): that
+            # namespace keeps loopback alone, so the proxy is the only way out.
+            verdicts.append(verdict(NAME, host_subject(h), ENFORCED, h.span,
+                                    "through sbxc's proxy: the container's network namespace has loopback only, "
+                                    "and sbxc exec puts the proxy's listener inside it (127.0.0.1:3128) before "
+                                    "runc start; a bundle from compile -o run without sbxc has no proxy and so no "
+                                    "network"))
 
     ws_span = dict(plan.workspace).get("span")
     if ws_span is not None:

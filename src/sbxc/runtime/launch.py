@@ -199,7 +199,7 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
 
             proxy = None
             try:
-                if "proxy" in rt and backend != "oci":  # host rules: only then is the proxy imported (runc: network off)
+                if "proxy" in rt:  # host rules: only then is the proxy imported
                     from .proxy_run import start_proxy
 
                     proxy = start_proxy(rt, backend, env)
@@ -238,8 +238,7 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
 
             # The hint is for a network that is off: `network: false`, or per-port rules
             # on bwrap and OCI (narrowed to no network). Under Landlock the listed ports stay open.
-            net_off = ctx.network == "off" or (ctx.network == "rules" and backend in ("bwrap", "oci")) or (
-                ctx.network == "hosts" and backend == "oci")
+            net_off = ctx.network == "off" or (ctx.network == "rules" and backend in ("bwrap", "oci"))
             import gc
 
             # Off since start-up (``sbxc exec`` leaves it off there); the run may last hours

@@ -19,6 +19,13 @@ was released to exec the command. No pid file and a non-zero status: the command
 ran, and the log's error names the cause (exit 125, or 127/126 for a command runc could
 not find or exec, as a shell).
 
+Host rules (``_split_run``): the proxy's listener must be in the container's network
+namespace before the command starts, so such runs use `runc create`, the listener
+(``proxy_netns``, as on bwrap), the core's last checks, then `runc start` (the core's
+``release``), and sbxc itself waits for the container's process (a child subreaper) and
+runs `runc delete` after it. There the pid file is written by `runc create`, so it does
+not mean the command started: ``release`` says so. Every other run is one `runc run`.
+
 A user's runc runs rootless (``--rootless true``): its user namespace maps the caller as
 the container's root (the plan says so), and it makes no cgroup it may not make.
 
@@ -226,6 +233,275 @@ def _shared_parts(plans: str, root_covered: bool):
     return rootfs, empty
 
 
+def _log_reader(log_r: int):
+    """A function returning runc's log so far (the pipe's read end is non-blocking)."""
+    log = bytearray()
+
+    def read_log() -> str:
+        try:
+            while len(log) < 1 << 20:
+                chunk = os.read(log_r, 65536)
+                if not chunk:
+                    break
+                log.extend(chunk)
+        except BlockingIOError:
+            pass
+        return log.decode("utf-8", "replace")
+
+    return read_log
+
+
+_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+def _become_subreaper() -> None:
+    """sbxc becomes the container's parent once `runc create` has exited (host rules).
+
+    `runc create` exits once the container's first process waits on runc's exec fifo. That
+    process is runc create's child (runc's last clone uses CLONE_PARENT) and is
+    reparented, when runc create exits, to its nearest subreaper ancestor. With sbxc one
+    it is sbxc's own child from then on: sbxc waits for it (the command's status, as
+    `runc run` would report it), and while it is not reaped its pid cannot be reused, so
+    the pidfd and the namespace join name exactly that process."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise Refusal(f"cannot become the container's parent (prctl: {os.strerror(err)})", "use --backend bwrap")
+
+
+def _runc_call(argv: list, env: dict, log_w: int) -> int:
+    """Run one short runc command (start, delete) to its end; its exit code (125 when it
+    could not be started). Its output and log go to the log pipe (``argv`` names fd 2 as
+    the log), never to the command's stderr; its own process group keeps the terminal's
+    Ctrl-C away from it. A descriptor sbxc holds without close-on-exec (a caller's
+    ``--status-fd``) reaches only this runc, which gives the container nothing: its
+    process was made by `runc create`, with the core's descriptors only."""
+    import _signal
+
+    try:
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, log_w, 1),
+            (os.POSIX_SPAWN_DUP2, log_w, 2),
+        ], setpgroup=0, setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ))
+    except OSError:
+        return 125
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return 125
+    return os.waitstatus_to_exitcode(status)
+
+
+def _still_waiting(pid: int, runc: str, fifo: str) -> bool:
+    """Whether ``pid`` (sbxc's unreaped child) was never released to the command: runc's
+    exec fifo is still there (`runc start` removes it once it has read it) and the process
+    is still runc's init (its argv ``RUNC init``), not the command."""
+    if not os.path.exists(fifo):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read(4096).split(b"\0")
+    except OSError:
+        return False
+    return len(args) >= 2 and args[1] == b"init" and os.path.basename(args[0]) == os.path.basename(runc).encode()
+
+
+def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, cleanup) -> LaunchSpec:
+    """Host rules: `runc create`, the proxy's listener, `runc start` (see the module text).
+
+    The core starts `runc create` (``argv``). ``launched`` waits for it to exit: the
+    container's first process then waits on runc's exec fifo, with every namespace made
+    and sbxc as its parent. The listener is made in its network namespace
+    (``proxy_netns``) and handed to the proxy; the core's last checks follow, and only
+    ``release`` runs `runc start`. Any failure before that kills the waiting process
+    (SIGKILL through a pidfd: it is sbxc's unreaped child), reaps it and deletes the
+    container, so the command never ran and nothing of the container is left."""
+    import _signal
+
+    proxy = ctx.proxy
+    read_log = _log_reader(log_r)
+    init = [0]        # the container's first process, sbxc's child once runc create exited
+    pidfd = [-1]      # on it, opened while it was sbxc's unreaped child
+    created = [False]
+    deleted = [False]
+    started = [False]
+    create_failed = [None]  # runc create's exit code when it failed
+    refused = []
+    pending = [0]     # a signal that came before the start: no start, the run ends with it
+    emulated = [0]
+
+    def delete() -> None:
+        if deleted[0] or not created[0]:
+            return
+        # The container's process is gone (reaped): runc sees it stopped and removes its
+        # cgroup and state at once (a created container would cost its 100 ms kill loop).
+        # Not deleted: tried again by the cleanup, which reports a second failure.
+        if _runc_call(base_argv + ["delete", "--force", cid], env, log_w) != 0:
+            msg = log_error(read_log())
+            raise OSError(f"runc could not delete the container {cid} ({one_line(msg or 'no reason given', 200)})")
+        deleted[0] = True
+
+    def abort() -> None:
+        """End the container before its command: kill and reap its waiting process, delete it."""
+        fd, pidfd[0] = pidfd[0], -1
+        if fd >= 0:
+            try:
+                try:
+                    _signal.pidfd_send_signal(fd, _signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                try:
+                    os.waitid(os.P_PIDFD, fd, os.WEXITED)
+                except ChildProcessError:
+                    pass
+            finally:
+                os.close(fd)
+        init[0] = 0
+        delete()
+
+    def abort_here() -> None:
+        # In the core's flow (launched, release): a failed delete must not replace the
+        # refusal; the cleanup (end_container) tries again and reports it.
+        try:
+            abort()
+        except OSError:
+            pass
+
+    def end_container() -> None:
+        # After the run (the core reaped the process: the kill finds nothing, the
+        # container is stopped), or when the core gave up early: whatever is left goes.
+        abort()
+
+    def launched(pid: int) -> int:
+        joiner = None
+        try:
+            joiner = proxy.joiner()  # forked now: its start-up overlaps runc's
+            try:
+                code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            except ChildProcessError:
+                code = 125
+            created[0] = os.path.isdir(bundle + "/" + cid)  # runc's state folder: delete it whatever happened
+            child = container_pid(pid_file)
+            if code != 0 or child <= 0:
+                create_failed[0] = code if code != 0 else 125
+                if child > 0:
+                    _adopt(child)
+                abort_here()
+                return 0
+            _adopt(child)
+            proxy.listen_in(joiner, os.getpid(), child)
+            return child
+        except BaseException as e:  # noqa: BLE001 - every failure refuses the run
+            from .proxy_netns import NetnsError
+
+            why = str(e) if isinstance(e, NetnsError) else f"{type(e).__name__}: {e}"
+            refused.append(Refusal(f"the network proxy could not be put into the container ({one_line(why, 200)})",
+                                   "check that runc may create user and network namespaces (sbxc doctor)"))
+            abort_here()
+            return 0
+        finally:
+            if joiner is not None:
+                joiner.close()
+
+    def _adopt(child: int) -> None:
+        # The pidfd is opened first, then the parent checked while the pidfd shows the
+        # process alive: it then names sbxc's own child, whose pid cannot be reused.
+        fd = os.pidfd_open(child)
+        try:
+            with open(f"/proc/{child}/stat", "rb") as f:
+                ppid = int(f.read().rpartition(b")")[2].split()[1])
+            import select
+
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            if ppid != os.getpid() or poller.poll(0):
+                from .proxy_netns import NetnsError
+
+                raise NetnsError("the container's first process is not sbxc's child")
+        except BaseException:
+            os.close(fd)
+            raise
+        init[0], pidfd[0] = child, fd
+
+    def release(go: bool = True) -> bool:
+        if init[0] <= 0:
+            return False
+        if not go or pending[0]:
+            abort_here()
+            return False
+        if _runc_call(base_argv + ["start", cid], env, log_w) != 0 and \
+                _still_waiting(init[0], argv[0], bundle + "/" + cid + "/exec.fifo"):
+            msg = log_error(read_log())
+            refused.append(runc_failure(msg) if msg else
+                           Refusal("runc start failed before the command started", "run sbxc doctor"))
+            abort_here()
+            return False
+        # Started (or runc released the process and then failed: the command may be
+        # running, and its status is what counts from here).
+        started[0] = True
+        late, pending[0] = pending[0], 0
+        if late:
+            deliver(late, 0)  # it came while runc start ran: the command gets it now
+        return True
+
+    def deliver(signum: int, _child: int) -> None:
+        if not started[0]:
+            if signum not in _DEFAULT_IGNORED:
+                pending[0] = pending[0] or signum  # before the start: the command will not run
+            return
+        pid = init[0]
+        if pid <= 0:
+            return
+        caught, ignored = signal_masks(pid)
+        bit = 1 << (signum - 1)
+        if caught & bit or signum in _DEFAULT_IGNORED:
+            sig = signum
+        elif ignored & bit:
+            return
+        else:
+            emulated[0] = signum
+            sig = _SIGKILL
+        fd = pidfd[0]
+        try:
+            if fd >= 0:
+                _signal.pidfd_send_signal(fd, sig)
+            else:
+                os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def setup_failed(status: int, early: str):
+        if refused:
+            return refused[0]
+        if create_failed[0] is not None:
+            msg = log_error(read_log())
+            if msg and exec_status(msg) is not None:
+                return None  # command_status words it as a shell would
+            if msg:
+                return runc_failure(msg)
+            return Refusal(f"runc exited with status {create_failed[0]} before the command started",
+                           "run sbxc doctor")
+        return None
+
+    def command_status(status: int, first: bytes) -> int:
+        if create_failed[0] is not None:
+            code = exec_status(log_error(read_log()))
+            return code if code is not None else status
+        if pending[0] and not started[0]:
+            return 128 + pending[0]
+        if emulated[0] and status == 128 + _SIGKILL:
+            return 128 + emulated[0]
+        return status
+
+    return LaunchSpec(argv + ["create", "--bundle", bundle, "--pid-file", pid_file, cid], env, pass_fds=[log_w],
+                      exec_is_command=False, started=lambda: started[0],
+                      setup_failed=setup_failed, command_status=command_status, cleanups=[cleanup, end_container],
+                      own_pgrp=True, deliver=deliver, launched=launched, release=release)
+
+
 def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     from .bwrap_run import _deepest
     from .probe import host_program
@@ -238,6 +514,11 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     if not found:
         raise Refusal(f"no runc that sbxc may start: {why}" if why else
                       "runc is not installed (not in the system program folders on PATH)", _RUNC_FIX)
+    if net == "hosts":
+        proxy = getattr(ctx, "proxy", None)
+        if proxy is None or not proxy.in_sandbox:
+            raise Refusal("the plan has host rules but no proxy was started for it", "report this")
+        _become_subreaper()
 
     # The command runs in the caller's folder or not at all (as on bwrap).
     cwd = ctx.cwd
@@ -316,25 +597,18 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         raise
 
     pid_file = bundle + "/pid"
+    cid = "sbxc-" + bundle.rsplit("-", 1)[-1]
     # runc's state root is the bundle itself: runc makes a folder named by the container id
     # there and removes it when the run ends, so no state folder of sbxc's is needed.
     argv = [found, "--root", bundle, "--log", f"/proc/self/fd/{log_w}", "--log-format", "text"]
-    if not ctx.is_root:
-        argv += ["--rootless", "true"]
-    argv += ["run", "--bundle", bundle, "--pid-file", pid_file, "sbxc-" + bundle.rsplit("-", 1)[-1]]
+    rootless = [] if ctx.is_root else ["--rootless", "true"]
+    argv += rootless
+    if net == "hosts":
+        base_argv = [found, "--root", bundle, "--log", "/proc/self/fd/2", "--log-format", "text"] + rootless
+        return _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, cleanup)
+    argv += ["run", "--bundle", bundle, "--pid-file", pid_file, cid]
 
-    log = bytearray()
-
-    def read_log() -> str:
-        try:
-            while len(log) < 1 << 20:
-                chunk = os.read(log_r, 65536)
-                if not chunk:
-                    break
-                log.extend(chunk)
-        except BlockingIOError:
-            pass
-        return log.decode("utf-8", "replace")
+    read_log = _log_reader(log_r)
 
     def started() -> bool:
         return os.path.exists(pid_file)

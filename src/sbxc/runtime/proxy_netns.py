@@ -1,4 +1,7 @@
-"""The proxy's listening socket, made inside a bwrap sandbox's network namespace (host rules).
+"""The proxy's listening socket, made inside a sandbox's network namespace (host rules):
+bwrap's (below) and runc's (``oci_run``: between `runc create` and `runc start` the
+container's first process waits on runc's exec fifo with its namespaces made, and sbxc,
+a subreaper, is its parent; ``listen_in`` is called with sbxc's own pid as the launcher).
 
 bwrap runs with ``--block-fd``: its child has made the namespaces (``--unshare-user``,
 ``--unshare-net``) and waits before it execs the command. sbxc learns the child's pid
@@ -119,8 +122,8 @@ class Joiner:
 
     def listen_in(self, launcher_pid: int, child_pid: int, port: int):
         """A listening ``_socket.socket`` on 127.0.0.1:``port`` in the network namespace of
-        ``child_pid``, which must be a child of ``launcher_pid`` (bwrap). NetnsError when
-        not. The helper has ended when this returns."""
+        ``child_pid``, which must be a child of ``launcher_pid`` (bwrap; for runc, sbxc
+        itself). NetnsError when not. The helper has ended when this returns."""
         try:
             pidfd = os.pidfd_open(child_pid)
         except OSError as e:
@@ -128,7 +131,7 @@ class Joiner:
         try:
             try:
                 if _parent_of(child_pid) != launcher_pid or not _alive(pidfd):
-                    raise NetnsError("the pid bwrap reported is not its child")
+                    raise NetnsError("the sandbox's first process is not the launcher's child")
                 kinds = _CLONE_NEWNET
                 own, theirs = os.stat("/proc/self/ns/user"), os.stat(f"/proc/{child_pid}/ns/user")
                 if (own.st_dev, own.st_ino) != (theirs.st_dev, theirs.st_ino):

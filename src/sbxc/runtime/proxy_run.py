@@ -9,6 +9,8 @@ without them loads none of the proxy.
   the command; the proxy, outside, accepts on it. The namespace has loopback only: there is
   no route to anything else, and nothing of the host (no socket file, no folder) is bound
   into the sandbox for it.
+- OCI (runc): the same listener, made in the container's network namespace between
+  `runc create` and `runc start` (``oci_run``), the namespace again with loopback only.
 - Landlock: the proxy listens on a loopback TCP port of the host; the runner adds a
   connect rule for that port (the only TCP connect the ruleset allows).
 """
@@ -19,8 +21,8 @@ import sys
 from .errors import Refusal, one_line
 
 SANDBOX_PORT = 3128
-"""The proxy's port on the sandbox's own loopback (bwrap): a private namespace, so any
-fixed port serves."""
+"""The proxy's port on the sandbox's own loopback (bwrap, OCI): a private namespace, so
+any fixed port serves."""
 
 _MAX_LINES = 20
 
@@ -48,7 +50,7 @@ class ProxyRun:
     def __init__(self, proxy, port: int, at: str, in_sandbox: bool):
         self.proxy = proxy
         self.port = port
-        """The port the command connects to on 127.0.0.1 (bwrap: inside its own namespace)."""
+        """The port the command connects to on 127.0.0.1 (bwrap, OCI: inside its own namespace)."""
         self.at = at
         self.in_sandbox = in_sandbox
         """True: the proxy waits for its listener, made in the sandbox (``listen_in``)."""
@@ -65,7 +67,8 @@ class ProxyRun:
         return joiner
 
     def listen_in(self, joiner, launcher_pid: int, child_pid: int) -> None:
-        """Make the listener in the network namespace of bwrap's child ``child_pid`` and
+        """Make the listener in the network namespace of ``child_pid`` (bwrap's child, or
+        the container's first process, whose parent is then ``launcher_pid``: sbxc) and
         hand it to the proxy. ``proxy_netns.NetnsError`` or OSError when that fails."""
         lst = joiner.listen_in(launcher_pid, child_pid, self.port)
         try:
@@ -151,11 +154,11 @@ def start_proxy(rt: dict, backend: str, env: dict) -> ProxyRun:
     rules = []
     for host, ports, place, text in section.get("rules", ()):
         rules.append((host, tuple(ports), f"{place}: {text}"))
-    in_sandbox = backend == "bwrap"
+    in_sandbox = backend in ("bwrap", "oci")
     try:
         if in_sandbox:
-            # Started now, so that it starts up while bwrap does; it serves once the
-            # runner has handed it the listener made in the sandbox.
+            # Started now, so that it starts up while bwrap (runc) does; it serves once
+            # the runner has handed it the listener made in the sandbox.
             proxy = Proxy(rules, unix_path=None, tcp_host=None, deferred=True)
             proxy.start()
             port = SANDBOX_PORT

@@ -48,7 +48,11 @@ It must not start any process; the core (``sbxc.runtime.launch``) forks once and
 - ``launched``: ``None`` or ``(pid) -> None``, called once ``argv`` was exec'd (``pid``:
   the child's), before its stderr is relayed: bwrap waits on ``--block-fd`` until the
   runner has put the proxy's listener into its network namespace. It never raises; a
-  failure it met is for ``setup_failed`` to report. Called before ``release``.
+  failure it met is for ``setup_failed`` to report. Called before ``release``. It returns
+  ``None`` (the core goes on waiting for that child), or, when it has waited for the child
+  itself, the pid of the process the core waits for instead (OCI with host rules: the
+  container's first process, sbxc's child once `runc create` exited), or 0 when there is
+  none (the run ended before its command).
 - ``deliver``: ``None`` or ``(signum, child_pid) -> None``, which then forwards each
   signal itself (OCI: the command is pid 1 of its PID namespace, see ``oci_run``).
 - ``release``: ``None`` or a callable that lets the started child go on to the command,

@@ -325,7 +325,12 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
         if spawned and report and not report.startswith((b"exec:", b"refused:")):
             report = _spawn_report(report, spec.argv[0])
         if pid and not report and spec.launched is not None:
-            spec.launched(pid)
+            waited = spec.launched(pid)
+            if waited is not None:
+                # The runner reaped the started process itself (runc create) and names the
+                # one to wait for from here on (the container's, sbxc's child as subreaper);
+                # 0: none, the runner ended the run before its command (setup_failed says why).
+                pid = child[0] = waited
         if spec.release is not None and pid and not report:
             try:
                 if before_release is not None:

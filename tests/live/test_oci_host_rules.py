@@ -1,0 +1,264 @@
+"""Host rules under runc, live: the proxy's listener is made in the container's own network
+namespace between `runc create` and `runc start`, the namespace keeps loopback only, and
+every failure before the start deletes the container with nothing of it left behind.
+
+As root and, rootless, as an unprivileged user. The only upstream is a server of this
+test on 127.0.0.1; the cases that go through the proxy (allowed and refused hosts, a
+direct connection, the JSON status) run on every backend in test_host_rules.py and
+test_exec_status.py.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from conftest import PYTHON, base_env, run  # noqa: E402
+from test_host_rules import NETNS_PROBE, client, policy, upstream  # noqa: E402,F401 (upstream: a fixture)
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture(scope="module")
+def runc():
+    from sbxc.runtime.probe import host_program
+
+    found, why = host_program("runc", os.environ)
+    if not found:
+        pytest.skip(f"runc is not installed ({why or 'not in the system program folders'}); scripts/setup installs it")
+    return found
+
+
+def _plans(home: str) -> str:
+    """The plans folder of the runs below (the suite's private SBXC_ROOT)."""
+    env = base_env(home)
+    out = subprocess.run([PYTHON, "-c", "import os\nfrom sbxc.runtime.planstore import plans_dir\nprint(plans_dir())"],
+                         env=env, capture_output=True, text=True, timeout=60, check=True).stdout
+    return out.strip()
+
+
+def _run_dirs(plans: str) -> list:
+    from sbxc.layout import RUN_DIR_PREFIX
+
+    try:
+        return sorted(n for n in os.listdir(plans) if n.startswith(RUN_DIR_PREFIX))
+    except FileNotFoundError:
+        return []
+
+
+def _tagged(*marks: str) -> list:
+    """Processes of this user whose environment holds one of ``marks``: the run's own
+    variable (runc and the command carry it), or its plans folder (runc's waiting init
+    has only runc's variables, among them its state folder there)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if any(m.encode() in env for m in marks):
+            found.append(int(name))
+    return found
+
+
+def _cgroups(cid: str) -> list:
+    """Cgroup folders named after the container (runc makes them as root)."""
+    found = []
+    for top, dirs, _files in os.walk("/sys/fs/cgroup"):
+        if top.count("/") > 6:
+            dirs[:] = []
+            continue
+        found += [os.path.join(top, d) for d in dirs if d == cid]
+    return found
+
+
+def _tag_policy(tag: str, upstream_port: int) -> str:
+    # The tag rides in the command's environment, which runc also runs with: every process
+    # of the run (runc and the container's) carries it.
+    return policy("oci", f"allow 127.0.0.1:{upstream_port}").replace(
+        "network:", f"env:\n  set: {{SBXC_TEST_TAG: {tag}}}\nnetwork:", 1)
+
+
+def test_oci_the_proxy_listens_inside_and_nothing_else_is_reachable(runc, sbxc, upstream):
+    """The container's network namespace has `lo` alone, the proxy's port is its only
+    listener, and the test's server on the host's loopback is reachable only through the
+    proxy. Control: the same probe unsandboxed connects directly."""
+    path = os.path.join(sbxc.project, "netns_probe.py")
+    with open(path, "w") as f:
+        f.write(NETNS_PROBE)
+    r = sbxc(policy("oci", f"allow 127.0.0.1:{upstream}"), sys.executable, "-I", path, str(upstream))
+    assert r.rc == 0, r
+    assert "IFACES ['lo']" in r.out, r
+    assert "LISTEN ['0100007F:0C38']" in r.out, r  # 127.0.0.1:3128, the proxy's port inside
+    for host in ("127.0.0.1", "127.0.0.2", "::1"):
+        assert f"DIRECT {host} refused" in r.out, r
+    r = client(sbxc, "oci", [f"allow 127.0.0.1:{upstream}"], "get", f"http://127.0.0.1:{upstream}/")
+    assert r.rc == 0 and "STATUS 200 hello from upstream" in r.out, r
+    out = subprocess.run([sys.executable, "-I", path, str(upstream)], capture_output=True, text=True,
+                         timeout=30).stdout
+    assert "DIRECT 127.0.0.1 connected" in out, out
+
+
+WATCH = r"""
+import os, subprocess, sys, time
+plans, runc, out = sys.argv[1], sys.argv[2], sys.argv[3]
+from sbxc.layout import RUN_DIR_PREFIX
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
+    for name in os.listdir(plans):
+        if name.startswith(RUN_DIR_PREFIX):
+            d = os.path.join(plans, name)
+            r = subprocess.run([runc, "--root", d] + ([] if os.geteuid() == 0 else ["--rootless", "true"])
+                               + ["list", "-q"], capture_output=True, text=True)
+            if r.stdout.strip():
+                pid = open(os.path.join(d, "pid")).read().strip()
+                groups = open(f"/proc/{pid}/cgroup").read()
+                with open(out, "w") as f:
+                    f.write(d + "\n" + r.stdout.strip() + "\n" + str(r.stdout.strip() in groups) + "\n")
+                sys.exit(0)
+    time.sleep(0.02)
+sys.exit(1)
+"""
+
+
+def test_oci_nothing_is_left_after_a_run(runc, sbxc, upstream):
+    """While the command runs, runc lists its container in the run's folder (the control:
+    the check sees a container that exists); once sbxc returned, the folder (runc's state
+    with it) is gone, and no process or cgroup of the run is left."""
+    tag = uuid.uuid4().hex
+    plans = _plans(sbxc.home)
+    before = _run_dirs(plans)
+    seen = os.path.join(str(sbxc.home), "seen")
+    watcher = subprocess.Popen([PYTHON, "-c", WATCH, plans, runc, seen], env=base_env(sbxc.home))
+    try:
+        r = sbxc(_tag_policy(tag, upstream), "/bin/sh", "-c", "sleep 2; echo done")
+    finally:
+        watcher.wait(timeout=60)
+    assert r.rc == 0 and "done" in r.out, r
+    with open(seen) as f:
+        rundir, listed, in_cgroup = f.read().split("\n")[:3]
+    assert listed.startswith("sbxc-"), listed
+    if os.geteuid() == 0:
+        assert in_cgroup == "True", in_cgroup  # the control for the cgroup check below
+    # runc's state root was the run's folder: with it gone, runc knows no container of the
+    # run (`runc list` is not asked again: it would make the folder anew).
+    assert _run_dirs(plans) == before
+    assert not os.path.exists(rundir)
+    assert _tagged(tag, plans) == []
+    assert _cgroups(listed) == []
+
+
+FAULT = r"""
+import os, shutil, signal, subprocess, sys
+from sbxc.runtime import oci_run, proxy_netns
+
+where, seen = os.environ["SBXC_TEST_FAULT"], os.environ["SBXC_TEST_SEEN"]
+
+def note():
+    # Called while the container waits before its start: what exists then.
+    from sbxc.layout import RUN_DIR_PREFIX
+    from sbxc.runtime.planstore import plans_dir
+
+    lines = []
+    for name in os.listdir(plans_dir()):
+        if name.startswith(RUN_DIR_PREFIX):
+            d = os.path.join(plans_dir(), name)
+            r = subprocess.run([shutil.which("runc"), "--root", d]
+                               + ([] if os.geteuid() == 0 else ["--rootless", "true"]) + ["list", "-q"],
+                               capture_output=True, text=True)
+            pid = open(os.path.join(d, "pid")).read().strip() if os.path.exists(os.path.join(d, "pid")) else ""
+            lines.append(f"{d} {pid} {r.stdout.strip()}")
+            if pid:
+                # The controls for the checks after the run: the waiting process carries the
+                # plans folder in its environment, and its cgroup is named by the container.
+                marked = plans_dir().encode() in open(f"/proc/{pid}/environ", "rb").read()
+                groups = open(f"/proc/{pid}/cgroup").read()
+                lines.append(f"MARKED {marked} CGROUP {r.stdout.strip() in groups}")
+    with open(seen, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+if where == "setns":
+    def refuse(fd, kinds):
+        note()
+        raise PermissionError(1, "Operation not permitted")
+    proxy_netns._setns = refuse
+elif where == "start":
+    real = oci_run._runc_call
+    def call(argv, env, log_w):
+        if "start" in argv:
+            note()
+            return 1  # runc start failed before it read the exec fifo
+        return real(argv, env, log_w)
+    oci_run._runc_call = call
+
+elif where == "signal":
+    from sbxc.runtime import proxy_run
+    real_listen = proxy_run.ProxyRun.listen_in
+    def listen_in(self, joiner, launcher_pid, child_pid):
+        real_listen(self, joiner, launcher_pid, child_pid)
+        note()
+        os.kill(os.getpid(), signal.SIGTERM)  # as from a timeout, before runc start
+    proxy_run.ProxyRun.listen_in = listen_in
+
+from sbxc.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+FAULT_LINES = {
+    "setns": ("sbxc: the network proxy could not be put into the container (cannot listen in the sandbox's network "
+              "namespace (Operation not permitted)); check that runc may create user and network namespaces "
+              "(sbxc doctor)"),
+    "start": "sbxc: runc start failed before the command started; run sbxc doctor",
+}
+
+
+@pytest.mark.parametrize("where", ["setns", "start", "signal"])
+def test_oci_failure_before_the_start_leaves_nothing(runc, sbxc, upstream, where):
+    """Fail closed: the listener cannot be made in the container's namespace (the kernel's
+    refusal of setns, simulated in sbxc's helper), or `runc start` fails: 125, one sbxc
+    line; or sbxc gets SIGTERM before the start: 143, as the signal's default action. The
+    command never ran, and the container that existed at that moment (seen by
+    `runc list` from inside the fault: the control) is deleted, its state folder and its
+    waiting process gone. Control: the same run without the fault runs the command."""
+    tag = uuid.uuid4().hex
+    ppath = os.path.join(sbxc.project, "sandbox.policy.yaml")
+    with open(ppath, "w") as f:
+        f.write(_tag_policy(tag, upstream))
+    plans = _plans(sbxc.home)
+    before = _run_dirs(plans)
+    marker = os.path.join(sbxc.project, "ran")
+    seen = os.path.join(str(sbxc.home), "seen")
+    env = base_env(sbxc.home, {"SBXC_TEST_FAULT": where, "SBXC_TEST_SEEN": seen})
+    r = run([PYTHON, "-c", FAULT, "exec", "--policy", ppath, "--", "touch", marker], env=env, cwd=sbxc.project)
+    lines = [line for line in r.err.splitlines() if line.startswith("sbxc: ") and "warning" not in line]
+    if where == "signal":
+        assert r.rc == 128 + 15 and lines == [], r
+    else:
+        assert r.rc == 125, r
+        assert lines == [FAULT_LINES[where]], r
+    assert not os.path.exists(marker), r
+    with open(seen) as f:
+        text = f.read()
+    found = [line.split(" ", 2) for line in text.splitlines() if not line.endswith("  ") and
+             not line.startswith("MARKED ")]
+    assert len(found) == 1, text
+    assert "MARKED True" in text, text
+    if os.geteuid() == 0:
+        assert "CGROUP True" in text, text  # rootless runc makes no cgroup of its own
+    rundir, pid, listed = found[0]
+    assert listed.startswith("sbxc-") and pid.isdigit(), text
+    assert not os.path.exists(rundir)
+    assert _run_dirs(plans) == before
+    assert _tagged(tag, plans) == []  # the container's waiting process is gone
+    assert _cgroups(listed.strip()) == []
+    r = run([PYTHON, "-m", "sbxc", "exec", "--policy", ppath, "--", "touch", marker], env=base_env(sbxc.home),
+            cwd=sbxc.project)
+    assert r.rc == 0 and os.path.exists(marker), r
