@@ -1,7 +1,8 @@
 """On bwrap the core starts bwrap first and makes the run's last checks (sbxc's own code out
 of the command's reach, the run's journal record) while bwrap sets the sandbox up. The
-command waits for the seccomp program, which sbxc writes only once those checks passed:
-these tests kill sbxc in that window and look for any trace of the command having run.
+command waits for the seccomp program, which sbxc writes only once those checks passed.
+On OCI runc waits for its config.json, a FIFO that sbxc fills only then (runtime/oci_gate).
+These tests kill sbxc in that window and look for any trace of the command having run.
 """
 import os
 import signal
@@ -33,39 +34,122 @@ exec_entry(sys.argv[2:])
 """
 
 
-def _drive(mode, project, home, marker):
+GATED = ["bwrap", "oci"]
+
+
+@pytest.fixture
+def gated(request, bwrap_works):
+    """The backend under test; for OCI, runc must be there (the set-up installs it)."""
+    backend = request.param
+    if backend == "oci":
+        from sbxc.runtime.probe import host_program
+
+        assert host_program("runc", os.environ)[0], "runc is installed by the set-up"
+    return backend
+
+
+def _policy(backend):
+    return POLICY.replace("backend: bwrap", f"backend: {backend}")
+
+
+def _drive(mode, project, home, marker, backend="bwrap"):
     env = base_env(home)
     with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
-        f.write(POLICY)
+        f.write(_policy(backend))
     cmd = ["sh", "-c", f'echo ran > "{marker}"']
     first = run([PYTHON, "-m", "sbxc", "exec", "--", "true"], env=env, cwd=project)  # the plan, cached
     assert first.rc == 0, first
     return run([PYTHON, "-c", DRIVER, mode, "--", *cmd], env=env, cwd=project)
 
 
-def test_killed_before_release_command_never_runs(bwrap_works, project, home):
+def _left(marker) -> list:
+    """Processes whose command line names ``marker`` (the command, or anything holding it)."""
+    left = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        left.append(pid)
+            except OSError:
+                pass
+    return left
+
+
+@pytest.mark.parametrize("gated", GATED, indirect=True)
+def test_killed_before_release_command_never_runs(gated, project, home):
     marker = os.path.join(project, "MARKER")
-    r = _drive("kill", project, home, marker)
+    r = _drive("kill", project, home, marker, gated)
     assert r.rc == -signal.SIGKILL, r
     # bwrap dies with its parent (PR_SET_PDEATHSIG), and the child waiting for the program
-    # reads an empty one; give a command that did start more than enough time to show.
+    # reads an empty one; runc reads end of file for its config. Give a command that did
+    # start more than enough time to show.
     time.sleep(1.0)
     assert not os.path.exists(marker), "the command ran although sbxc never released it"
+    assert not _left(marker)
+    if gated == "oci":
+        # runc read end of file for its config and ended, having made nothing.
+        assert not [p for p in _left(base_env(home)["SBXC_ROOT"]) if b"runc" in _cmdline(p)]
 
 
-def test_control_released_command_runs(bwrap_works, project, home):
+def _cmdline(pid) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def test_reaper_ends_a_runc_left_waiting_for_its_config(tmp_path):
+    """sbxc killed before runc even opened its config FIFO leaves runc blocked in that
+    open, with no writer left. The next run's reaper of stale per-run folders opens the
+    FIFO for writing and closes it: runc reads end of file and ends, having made nothing,
+    and the folder goes. Control: before the reaper, runc is still waiting."""
+    import subprocess
+
+    from sbxc.layout import RUN_DIR_PREFIX
+    from sbxc.runtime import rundirs
+    from sbxc.runtime.probe import host_program
+
+    runc = host_program("runc", os.environ)[0]
+    assert runc, "runc is installed by the set-up"
+    base = tmp_path / "base"
+    run_dir = base / (RUN_DIR_PREFIX + "0123456789abcdef")
+    run_dir.mkdir(parents=True)
+    os.mkfifo(run_dir / "config.json", 0o600)
+    argv = [runc, "--root", str(run_dir)] + (["--rootless", "true"] if os.geteuid() else [])
+    p = subprocess.Popen(argv + ["run", "--bundle", str(run_dir), "stuck"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    try:
+        time.sleep(0.5)
+        assert p.poll() is None, "runc should be waiting to open its config"  # the control
+        old = time.time() - 2 * rundirs.STALE_AFTER
+        os.utime(run_dir, (old, old))
+        assert rundirs.reap_run_dirs(str(base)) == 1
+        assert p.wait(timeout=10) == 1
+        assert b"EOF" in p.stderr.read()
+        assert not run_dir.exists()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize("gated", GATED, indirect=True)
+def test_control_released_command_runs(gated, project, home):
     marker = os.path.join(project, "MARKER")
-    r = _drive("go", project, home, marker)
+    r = _drive("go", project, home, marker, gated)
     assert r.rc == 0, r
     assert open(marker).read() == "ran\n"
 
 
-def test_refusal_after_bwrap_started_leaves_no_process(bwrap_works, project, home, tmp_path):
-    """A check that refuses after bwrap was started (here: the journal cannot be written)
-    ends bwrap before the command, says so in one line, and exits 125."""
+@pytest.mark.parametrize("gated", GATED, indirect=True)
+def test_refusal_after_bwrap_started_leaves_no_process(gated, project, home, tmp_path):
+    """A check that refuses after bwrap (runc) was started (here: the journal cannot be
+    written) ends it before the command, says so in one line, and exits 125."""
     env = base_env(home)
     with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
-        f.write(POLICY)
+        f.write(_policy(gated))
     assert run([PYTHON, "-m", "sbxc", "exec", "--", "true"], env=env, cwd=project).rc == 0
     marker = os.path.join(project, "MARKER")
     driver = (
@@ -83,16 +167,7 @@ def test_refusal_after_bwrap_started_leaves_no_process(bwrap_works, project, hom
     time.sleep(0.5)
     assert not os.path.exists(marker)
     # No bwrap of this run is left (its child would hold the project folder open).
-    left = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        left.append(pid)
-            except OSError:
-                pass
-    assert not left, left
+    assert not _left(marker)
 
 
 def _entry_for(project, env):
@@ -107,7 +182,7 @@ def _entry_for(project, env):
         return entries[-1], marshal.loads(f.read())
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
 def test_plan_of_other_compiler_code_is_compiled_again_and_run_once(bwrap_works, project, home, tmp_path, backend):
     """The compiler's code is checked in the run's last checks (on bwrap while bwrap sets
     up): a cached plan made by other code is compiled anew and the command runs exactly

@@ -30,8 +30,17 @@ def outside(tmp_path):
     return str(d.resolve())
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def _runc():
+    from sbxc.runtime.probe import host_program
+
+    assert host_program("runc", os.environ)[0], "runc is installed by the set-up"
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
 def test_a_rule_spelled_through_a_link_reads_by_that_spelling(sbxc, outside, backend):
+    """On OCI the link is made in the bundle's rootfs, before runc mounts anything."""
+    if backend == "oci":
+        _runc()
     r = sbxc(_policy(backend, f"  - read {outside}/link\n"), "/bin/sh", "-c",
              f"readlink {outside}/link && cat {outside}/link/file.txt")
     assert r.rc == 0, r
@@ -49,11 +58,14 @@ def test_the_link_is_made_inside_a_tmpfs_too(sbxc, outside, backend):
     assert r.out == "behind the link\n", r
 
 
-def test_system_links_of_a_merged_usr(sbxc):
+@pytest.mark.parametrize("backend", ["bwrap", "oci"])
+def test_system_links_of_a_merged_usr(sbxc, backend):
     """``read /bin`` where /bin is a link (merged /usr): /bin/sh runs by that name, and the
     link inside points where the host's does. Where /bin is a real folder, it is mounted
     as one and the same command runs."""
-    r = sbxc(_policy("bwrap", ""), "/bin/sh", "-c", "readlink /bin; echo ran")
+    if backend == "oci":
+        _runc()
+    r = sbxc(_policy(backend, ""), "/bin/sh", "-c", "readlink /bin; echo ran")
     assert r.rc == 0, r
     want = (os.readlink("/bin") + "\n") if os.path.islink("/bin") else ""
     assert r.out == want + "ran\n", r
@@ -70,3 +82,16 @@ def test_a_link_under_a_host_bind_is_the_hosts_own(sbxc, project):
              f"readlink {project}/latest && cat {project}/latest/out.txt")
     assert r.rc == 0, r
     assert r.out == "build\nbuilt\n", r
+
+
+def test_oci_reports_a_link_it_cannot_make(sbxc, outside, project, home):
+    """A link inside a tmpfs cannot be made in an OCI bundle (runc mounts the tmpfs over the
+    rootfs): the report says narrowed, naming the link and its target, before any run."""
+    from conftest import base_env, run, sbxc_argv
+
+    path = os.path.join(project, "sandbox.policy.yaml")
+    with open(path, "w") as f:
+        f.write(_policy("oci", f"  - tmpfs {outside}\n  - read {outside}/link\n"))
+    r = run(sbxc_argv("compile", path, "--check", "--verbose", "--backend", "oci"), env=base_env(home), cwd=project)
+    assert f"link {outside}/link: narrowed: {outside}/link is a symlink (to real)" in r.out, r
+

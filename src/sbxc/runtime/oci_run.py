@@ -33,7 +33,7 @@ Hot path: ``os`` only (the config is written by the small encoder below, not ``j
 """
 from __future__ import annotations
 
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 from .errors import Refusal, one_line
 from .rundirs import make_run_dir
@@ -548,11 +548,17 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         own.append(EMPTY_FILE)
 
     fds: list[int] = []
+    made_links: list[str] = []
 
     def cleanup():
         for fd in fds:
             try:
                 os.close(fd)
+            except OSError:
+                pass
+        for path in made_links:  # the rootfs's links, then the folders made for them
+            try:
+                (os.unlink if os.path.islink(path) else os.rmdir)(path)
             except OSError:
                 pass
         # What the run made, by name; runc removed its own state (the folder named by the
@@ -576,16 +582,29 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         except OSError:
             pass
 
+    gate = None
     try:
-        config = _config(planfile, cmd, env, ctx, shared)
-        text = dumps(config)
         if "rootfs" in own:
             os.mkdir(bundle + "/rootfs", 0o755)
+            if low.get("links"):
+                from .oci_links import make_links
+
+                made_links += make_links(bundle + "/rootfs", low["links"])
         if EMPTY_FILE in own:
             os.close(os.open(bundle + "/" + EMPTY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444))
-        fd = os.open(bundle + "/config.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        with open(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        if net == "hosts":
+            # runc create, then start (_split_run): the config as a file, written now.
+            text = dumps(_config(planfile, cmd, env, ctx, shared))
+            fd = os.open(bundle + "/config.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            with open(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            # The release gate (oci_gate): runc starts at once and waits for its config,
+            # which is written while it starts and sent only once the run's last checks passed.
+            from .oci_gate import Gate
+
+            gate = Gate(bundle + "/config.json")
+            fds += [gate.r, gate.w]
         log_r, log_w = os.pipe2(os.O_CLOEXEC)
         fds += [log_r, log_w]
         os.set_blocking(log_r, False)  # the read end only: runc's writes stay blocking
@@ -609,11 +628,31 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     argv += ["run", "--bundle", bundle, "--pid-file", pid_file, cid]
 
     read_log = _log_reader(log_r)
+    text: list = [None]
+    refused: list = []
+
+    def launched(pid: int) -> None:
+        # runc runs and waits for its config: it is made now, while runc starts.
+        gate.pid = pid
+        try:
+            text[0] = dumps(_config(planfile, cmd, env, ctx, shared)).encode("utf-8")
+        except Refusal as r:
+            refused.append(r)
+        except Exception as e:  # a damaged plan: refused, never run half-configured
+            refused.append(Refusal(f"could not write the OCI config ({type(e).__name__}: {one_line(str(e), 200)})",
+                                   "recompile the plan (sbxc compile -o PLAN)"))
+
+    def release(go: bool = True) -> bool:
+        if go and text[0] is None:
+            go = False  # the config could not be made (``refused`` says why)
+        return gate.release(lambda: text[0], go)
 
     def started() -> bool:
         return os.path.exists(pid_file)
 
     def setup_failed(status: int, early: str):
+        if refused:
+            return refused[0]
         if status == 0 or status > 128 or started():
             return None
         msg = log_error(read_log())
@@ -667,4 +706,4 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))
     return LaunchSpec(argv, env, pass_fds=[log_w], exec_is_command=False, child_setup=setup, started=started,
                       setup_failed=setup_failed, command_status=command_status, cleanups=[cleanup], own_pgrp=True,
-                      deliver=deliver)
+                      deliver=deliver, launched=launched, release=release)

@@ -61,6 +61,7 @@ def reap(base_fd: int, prefix: str, uid: int, *, now: float | None = None, name_
             except OSError:
                 continue  # a running sbxc holds it
             if remove:
+                _end_fifo_waits(fd)
                 try:
                     remove_tree(base_fd, name)
                 except OSError as e:
@@ -112,3 +113,24 @@ def make_run_dir(base: str) -> tuple[str, int]:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return path, fd
     raise Refusal(f"could not make a per-run folder in {base}", "check that it is writable")
+
+
+def _end_fifo_waits(dir_fd: int) -> None:
+    """A FIFO in a stale folder may have a reader blocked in its open for good: runc
+    waiting for the config of a run whose sbxc died before writing it (``oci_gate``). An
+    open for writing ends that wait and the close right after gives it end of file, so
+    it ends without having made anything; nothing is written. Only the folder's own
+    entries (the gate's FIFO is ``config.json`` at the top), never following a link."""
+    import stat
+
+    try:
+        with os.scandir(dir_fd) as it:
+            fifos = [e.name for e in it if stat.S_ISFIFO(e.stat(follow_symlinks=False).st_mode)]
+    except OSError:
+        return
+    for name in fifos:
+        try:
+            os.close(os.open(name, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd))
+        except OSError:
+            pass
+

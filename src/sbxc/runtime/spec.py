@@ -61,7 +61,8 @@ It must not start any process; the core (``sbxc.runtime.launch``) forks once and
   first and makes the run's last checks (``supervise.run``'s ``before_release``) while the
   child sets the sandbox up; after a failed check the child ends without reaching the
   command (bwrap: the seccomp program, which bwrap reads to end of file before the
-  command, is written only by ``release``).
+  command, is written only by ``release``; OCI: runc's config.json, a FIFO it reads at
+  its start, see ``oci_gate``).
 
 ``Context`` carries ``project``, ``cwd``, ``uid``, ``is_root``, ``network`` (``on``/``off``/
 ``rules``, after flags), ``cache`` (the cachedir ``CacheSetup`` or None), ``plans_dir``
