@@ -312,3 +312,18 @@ def test_explain_exits(proj):
     (proj / "sandbox.policy.yaml").write_text("sbxc: 1\nhome: hiden\n")
     r = sbxc("explain", "/etc", cwd=proj)
     assert r.returncode == 1 and "[SBX013]" in r.stderr
+
+
+def test_exec_without_options_reads_as_the_grammar_reads_it():
+    """``exec -- CMD...`` skips building exec's option table; what it gives is what the
+    grammar gives for the same words, and every other form still goes through the grammar."""
+    from sbxc.commands import _grammar
+    from sbxc.commands import exec as exec_cmd
+
+    for argv in (["--", "x"], ["--", "x", "--policy", "p"], ["--", "--"], ["--", "-h"], ["--", "sh", "-c", "exit 3"]):
+        fast = exec_cmd.parse_args(list(argv))
+        slow = exec_cmd.Args(_grammar.parse(_grammar.EXEC, list(argv)))
+        assert {k: getattr(fast, k) for k in exec_cmd.Args.__slots__} == \
+               {k: getattr(slow, k) for k in exec_cmd.Args.__slots__}, argv
+    assert exec_cmd.parse_args(["--help"]) is None
+    assert exec_cmd.parse_args(["--backend", "bwrap", "--", "x"]).backend == "bwrap"

@@ -168,7 +168,8 @@ def _lean_os():
     import posix
 
     mod = type(sys)("sbxc.fastos.os")
-    mod.__dict__.update({k: v for k, v in posix.__dict__.items() if not k.startswith("__")})
+    mod.__dict__.update(posix.__dict__)
+    mod.__name__, mod.__doc__, mod.__spec__, mod.__loader__ = "sbxc.fastos.os", None, None, None
     encoding = sys.getfilesystemencoding()
 
     def fsencode(name):

@@ -13,9 +13,6 @@ from ..fastos import os  # the hot path's os (sbxc.fastos)
 import sys
 
 from ..runtime.errors import REFUSED, Refusal
-from . import _grammar as _args  # exec needs only the grammar and its own entry (no other table)
-
-HelpAsked = _args.HelpAsked
 
 
 class Args:
@@ -33,11 +30,24 @@ class Args:
         self.status_fd = parsed["status_fd"]
 
 
-def parse_args(argv: list) -> Args:
-    """exec's command line by the one grammar (``_args.EXEC``). A usage error is a Refusal:
-    exit 125, since 2 could be the command's own status (docs/decisions.md)."""
+# What the grammar gives for a command line with no option before ``--`` (tested).
+_NO_OPTIONS = {"policy": None, "plan": None, "backend": None, "network": None, "session": None, "ephemeral": None,
+               "format": None, "status_fd": None}
+
+
+def parse_args(argv: list):
+    """exec's command line by the one grammar (``_grammar.EXEC``); None when help was asked
+    for. A usage error is a Refusal: exit 125, since 2 could be the command's own status
+    (docs/decisions.md). ``exec -- CMD...``, the usual form, has nothing before ``--`` for
+    the grammar to read: its result is known without building exec's option table."""
+    if len(argv) > 1 and argv[0] == "--":
+        return Args(dict(_NO_OPTIONS, cmd=argv[1:]))
+    from . import _grammar as _args  # exec needs only the grammar and its own entry (no other table)
+
     try:
         a = Args(_args.parse(_args.EXEC, argv))
+    except _args.HelpAsked:
+        return None
     except _args.Usage as e:
         raise Refusal(f"exec: {e}", "see sbxc help exec") from None
     if not a.cmd:
@@ -113,12 +123,12 @@ def _exec_main(argv, compile, status: list) -> int:
     _fill_std_fds()
     state = RunState()
     try:
-        try:
-            a = parse_args(list(argv))
-        except HelpAsked:
+        a = parse_args(list(argv))
+        if a is None:
+            from . import _grammar
             from ._help import command_help
 
-            sys.stdout.write(command_help(_args.EXEC))
+            sys.stdout.write(command_help(_grammar.EXEC))
             return 0
         if a.format == "json":
             from ..runtime.runstatus import Recorder
