@@ -268,13 +268,40 @@ def test_signals_reach_the_command_as_on_other_backends(runc, sbxc):
 
     env = base_env(sbxc.home)
 
-    def start(*cmd):
+    def start(*cmd, ready):
+        # Waits until ``ready()`` says the command runs (a fixed wait for runc's set-up was
+        # too short on a busy machine).
         p = subprocess.Popen(sbxc_argv("exec", "--backend", "oci", "--", *cmd), env=env, cwd=sbxc.project,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(2.0)  # runc's set-up; the pid file is there once the command runs
+        deadline = time.monotonic() + 60
+        while not ready(p):
+            assert p.poll() is None and time.monotonic() < deadline, "the command did not start"
+            time.sleep(0.05)
         return p
 
-    p = start("sleep", "30")
+    # A duration no other process uses: the container's sleep, seen from here (its pid
+    # namespace is a child of ours), once it runs. A signal may come before runc has
+    # written its pid file (it does so after the start): sbxc waits for the file.
+    import random
+
+    secs = f"30.{random.randrange(10**6):06d}"
+
+    def sleeping(_p):
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if f.read() == b"sleep\x00" + secs.encode() + b"\x00":
+                        return True
+            except OSError:
+                pass
+        return False
+
+    def said_ready(p):
+        import select
+
+        return bool(select.select([p.stdout], [], [], 0.05)[0]) and p.stdout.readline() == "ready\n"
+
+    p = start("sleep", secs, ready=sleeping)
     t0 = time.monotonic()
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=20)
@@ -282,8 +309,9 @@ def test_signals_reach_the_command_as_on_other_backends(runc, sbxc):
     assert time.monotonic() - t0 < 10
     handler = ("import signal, sys, time\n"
                "signal.signal(signal.SIGTERM, lambda *a: (print('caught', flush=True), sys.exit(5)))\n"
+               "print('ready', flush=True)\n"
                "time.sleep(30)\n")
-    p = start(SANDBOX_PYTHON, "-c", handler)
+    p = start(SANDBOX_PYTHON, "-c", handler, ready=said_ready)
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=20)
     assert (p.returncode, out) == (5, "caught\n"), err

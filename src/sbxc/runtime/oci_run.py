@@ -674,6 +674,17 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         # command catches it, drop it when it ignores it, else end the command (SIGKILL)
         # and report 128+signum, as the signal's default action would.
         pid = container_pid(pid_file)
+        if pid <= 0 and gate.released:
+            # `runc run` writes the pid file only after the command has started. A signal in
+            # between would go to runc, which passes it on to the command as pid 1, where
+            # the kernel drops it: `sleep` would not end. Wait for the file (runc writes it
+            # right after the start), as long as runc is there.
+            import time
+
+            deadline = time.monotonic() + 5.0
+            while pid <= 0 and time.monotonic() < deadline and gate._alive():
+                time.sleep(0.002)
+                pid = container_pid(pid_file)
         if pid <= 0:
             target, sig = runc_pid, signum  # not released yet: runc passes it on or dies of it
         else:
