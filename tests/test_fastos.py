@@ -106,3 +106,44 @@ def test_a_cached_exec_never_imports_os(tmp_path):
     r = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False []", r.stdout
+
+
+def test_realpath_refuses_a_nul_byte_as_posixpath_does():
+    with pytest.raises(ValueError):
+        posixpath.realpath("a\x00b")
+    with pytest.raises(ValueError):
+        P.realpath("a\x00b")
+    assert P.exists("a\x00b") is False and posixpath.exists("a\x00b") is False
+
+
+def test_oci_runner_reads_runc_init_under_the_lean_os(tmp_path, monkeypatch):
+    """The OCI runner's check whether the container's process is still runc's init reads
+    /proc bytes; with the hot path's os (no real os loaded) it must still answer.
+    Control: a process that is not runc's init is told apart."""
+    import time
+
+    from sbxc.runtime import oci_run
+
+    monkeypatch.setattr(oci_run, "os", LEAN)
+    fifo = tmp_path / "exec.fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "init").write_text("sleep 30\n")  # a script named init: sh keeps argv [NAME, init]
+
+    def with_argv0(name):
+        p = subprocess.Popen(["bash", "-c", f'exec -a "{name}" /bin/sh init'], cwd=tmp_path, start_new_session=True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open(f"/proc/{p.pid}/cmdline", "rb") as f:
+                if f.read() == os.fsencode(name) + b"\0init\0":
+                    return p
+            time.sleep(0.01)
+        os.killpg(p.pid, 9)
+        raise AssertionError("the stand-in process did not start")
+
+    for name, want in ((f"{tmp_path}/runc", True), (f"{tmp_path}/other", False)):
+        p = with_argv0(name)
+        try:
+            assert oci_run._still_waiting(p.pid, "/usr/sbin/runc", str(fifo)) is want, name
+        finally:
+            os.killpg(p.pid, 9)  # sh and its sleep
+            p.wait()

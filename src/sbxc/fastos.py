@@ -132,7 +132,10 @@ def _path_module(posix):
                         resolved = ".."
                     continue
                 new = join(resolved, name)
-                m = _lstat_mode(new)
+                try:
+                    m = posix.lstat(new).st_mode
+                except OSError:  # a NUL byte (ValueError) goes on to the caller, as in posixpath
+                    m = None
                 if m is None or m & 0o170000 != 0o120000:
                     resolved = new
                     continue

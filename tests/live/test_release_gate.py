@@ -90,6 +90,12 @@ def test_killed_before_release_command_never_runs(gated, project, home):
     if gated == "oci":
         # runc read end of file for its config and ended, having made nothing.
         assert not [p for p in _left(base_env(home)["SBXC_ROOT"]) if b"runc" in _cmdline(p)]
+        # The killed run's folder (its lock died with sbxc) goes as the next run's reaper
+        # would take it once stale; later tests expect a plans folder without run folders.
+        from sbxc.runtime import rundirs
+
+        plans = os.path.join(base_env(home)["SBXC_ROOT"], "plans")
+        assert rundirs.reap_run_dirs(plans, now=time.time() + 2 * rundirs.STALE_AFTER) == 1
 
 
 def _cmdline(pid) -> bytes:

@@ -95,3 +95,29 @@ def test_oci_reports_a_link_it_cannot_make(sbxc, outside, project, home):
     r = run(sbxc_argv("compile", path, "--check", "--verbose", "--backend", "oci"), env=base_env(home), cwd=project)
     assert f"link {outside}/link: narrowed: {outside}/link is a symlink (to real)" in r.out, r
 
+
+
+def test_compiled_bundle_never_follows_a_link_already_in_its_rootfs(tmp_path, project, home, outside):
+    """`sbxc compile --backend oci -o DIR` into a folder that already holds a rootfs with a
+    link in it (a folder a sandboxed command could have written): the links the plan
+    needs are made through folder descriptors that never follow a link, so nothing is
+    made outside the bundle; the compile fails instead. Control: into a fresh folder the
+    same policy's links are made."""
+    from conftest import base_env, run, sbxc_argv
+
+    path = os.path.join(project, "sandbox.policy.yaml")
+    with open(path, "w") as f:
+        f.write(_policy("oci", f"  - read {outside}/link\n"))
+    fresh = tmp_path / "fresh"
+    r = run(sbxc_argv("compile", "--backend", "oci", "-o", str(fresh)), env=base_env(home), cwd=project)
+    assert r.rc == 0, r
+    first = outside.strip("/").split("/")[0]  # the top folder the link's parents start at
+    assert os.path.islink(fresh / "rootfs" / outside.lstrip("/") / "link")
+    bad = tmp_path / "bad"
+    (bad / "rootfs").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, bad / "rootfs" / first)
+    r = run(sbxc_argv("compile", "--backend", "oci", "-o", str(bad)), env=base_env(home), cwd=project)
+    assert r.rc != 0, r
+    assert os.listdir(elsewhere) == [], os.listdir(elsewhere)

@@ -152,10 +152,14 @@ def lower(plan: Plan, host) -> Lowered:
     # a bind of the host's folder it does already; on bwrap's own root or in a tmpfs it is
     # made (--symlink, the same target text, so it resolves as on the host); in a masked
     # folder it is not (the folder stays empty).
-    for link, target, _span in plan.links:
+    for link, target, span in plan.links:
         holder = _parent_rule(by_path, link)
         if holder is None or holder.access == TMPFS:
             add(link, ["--symlink", target, link])
+        elif holder.access == MASK:
+            verdicts.append(verdict(NAME, f"link {link}", NARROWED, span,
+                                    f"{link} is a symlink (to {target}) on the host, inside a masked folder here, "
+                                    "which stays empty: reach the rule's real path by that path"))
 
     argv = [
         "--new-session",      # setsid: the command has no controlling terminal (no TIOCSTI)

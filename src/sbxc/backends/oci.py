@@ -175,6 +175,10 @@ def filesystem(plan: Plan):
             verdicts.append(verdict(NAME, f"link {link}", NARROWED, span,
                                     f"{link} is a symlink (to {target}) on the host, inside a tmpfs here, which OCI "
                                     "cannot make it in: the rule's real path is mounted, reach it by that path"))
+        elif holder.access == MASK:
+            verdicts.append(verdict(NAME, f"link {link}", NARROWED, span,
+                                    f"{link} is a symlink (to {target}) on the host, inside a masked folder here, "
+                                    "which stays empty: reach the rule's real path by that path"))
     mounts = [m for _key, m in sorted(ops, key=lambda o: o[0])]
     return mounts, readonly, verdicts, links
 

@@ -306,7 +306,8 @@ def _still_waiting(pid: int, runc: str, fifo: str) -> bool:
             args = f.read(4096).split(b"\0")
     except OSError:
         return False
-    return len(args) >= 2 and args[1] == b"init" and os.path.basename(args[0]) == os.path.basename(runc).encode()
+    # Bytes compared as bytes: the hot path's os.path (sbxc.fastos) takes text only.
+    return len(args) >= 2 and args[1] == b"init" and args[0].rpartition(b"/")[2] == os.fsencode(runc).rpartition(b"/")[2]
 
 
 def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, cleanup) -> LaunchSpec:

@@ -129,8 +129,18 @@ def _end_fifo_waits(dir_fd: int) -> None:
     except OSError:
         return
     for name in fifos:
+        # Opened as a path first and checked to be a FIFO on that descriptor, then opened
+        # for real through it: an entry swapped for a device meanwhile is never opened.
         try:
-            os.close(os.open(name, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd))
+            fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                continue
+            os.close(os.open(f"/proc/self/fd/{fd}", os.O_RDWR | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC))
         except OSError:
             pass
+        finally:
+            os.close(fd)
 
