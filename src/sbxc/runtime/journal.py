@@ -137,25 +137,27 @@ def begin(roots: list) -> Run:
     """Record, before the command starts, that a run which can write ``roots`` is in
     progress. A Refusal when it cannot be recorded: a run that no later run could account
     for does not start."""
-    import time
-
     dir_fd = open_plans_dir()
     if dir_fd < 0:
         raise Refusal(f"the plans folder {plans_dir()} cannot be used (it is missing and cannot be made, or another "
                       "user owns it, or its mode is wider than 0700), so this run could not be recorded",
                       f"remove it or fix its owner and mode (chmod 700 {plans_dir()})")
     pid = os.getpid()
-    t0 = time.time_ns()
     name = f"{RECORD_PREFIX}{pid}-{os.urandom(6).hex()}"
-    entry = {"v": JOURNAL_VERSION, "pid": pid, "ident": _proc_start(pid), "t0": t0, "roots": list(roots)}
     try:
+        # The window's start: a ctime above every ctime handed out before now (fs_now), so a
+        # file the person wrote right before the run, even within the same clock tick, is
+        # not inside it; and at most any ctime handed out later, so every write of the
+        # command is. (The real time and the record's own ctime were used before: a write
+        # in the same coarse tick as the record then counted as the run's.)
+        t0 = fs_now(dir_fd)
+        entry = {"v": JOURNAL_VERSION, "pid": pid, "ident": _proc_start(pid), "t0": t0, "roots": list(roots)}
         write_atomic(dir_fd, name, entry)
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError as e:
         os.close(dir_fd)
         raise Refusal(f"this run could not be recorded in the plans folder {plans_dir()} ({e.strerror or e})",
                       "free some space on its disk, then run again") from None
-    return Run(dir_fd, name, min(t0, st.st_ctime_ns), list(roots))
+    return Run(dir_fd, name, t0, list(roots))
 
 
 def abandon(run: Run) -> None:
