@@ -116,17 +116,27 @@ def bwrap_works():
     return bwrap
 
 
-def runc_for(request) -> None:
-    """Skip a case parametrized with ``backend="oci"`` when Debian's runc is missing
-    (scripts/setup installs it; CI has it, so nothing skips there)."""
-    callspec = getattr(request.node, "callspec", None)
-    if callspec is None or callspec.params.get("backend") != "oci":
-        return
+def find_runc() -> str:
+    """Debian's runc, as sbxc finds it; the test skips where it is missing (scripts/setup
+    installs it; CI has it, so nothing skips there)."""
     from sbxc.runtime.probe import host_program
 
     found, why = host_program("runc", os.environ)
     if not found:
         pytest.skip(f"runc is not installed ({why or 'not in the system program folders'}); scripts/setup installs it")
+    return found
+
+
+@pytest.fixture(scope="session")
+def runc():
+    return find_runc()
+
+
+def runc_for(request) -> None:
+    """Skip a case parametrized with ``backend="oci"`` when runc is missing (``find_runc``)."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("backend") == "oci":
+        find_runc()
 
 
 def remove_project_cache(project: str, root: str = "") -> None:

@@ -24,16 +24,6 @@ from test_host_rules import NETNS_PROBE, client, policy, upstream  # noqa: E402,
 pytestmark = pytest.mark.live
 
 
-@pytest.fixture(scope="module")
-def runc():
-    from sbxc.runtime.probe import host_program
-
-    found, why = host_program("runc", os.environ)
-    if not found:
-        pytest.skip(f"runc is not installed ({why or 'not in the system program folders'}); scripts/setup installs it")
-    return found
-
-
 def _plans(home: str) -> str:
     """The plans folder of the runs below (the suite's private SBXC_ROOT)."""
     env = base_env(home)

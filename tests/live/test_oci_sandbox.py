@@ -27,16 +27,6 @@ pytestmark = pytest.mark.live
 OCI = ("--backend", "oci")
 
 
-@pytest.fixture(scope="module")
-def runc():
-    from sbxc.runtime.probe import host_program
-
-    found, why = host_program("runc", os.environ)
-    if not found:
-        pytest.skip(f"runc is not installed ({why or 'not in the system program folders'}); scripts/setup installs it")
-    return found
-
-
 @pytest.mark.parametrize("variant", ["a", "b"])
 def test_shared_cases_agree_with_decide(runc, variant, tmp_path):
     root = str(tmp_path / "tree")

@@ -42,9 +42,9 @@ def gated(request, bwrap_works):
     """The backend under test; for OCI, runc must be there (the set-up installs it)."""
     backend = request.param
     if backend == "oci":
-        from sbxc.runtime.probe import host_program
+        from conftest import find_runc
 
-        assert host_program("runc", os.environ)[0], "runc is installed by the set-up"
+        find_runc()
     return backend
 
 
@@ -113,12 +113,11 @@ def test_reaper_ends_a_runc_left_waiting_for_its_config(tmp_path):
     and the folder goes. Control: before the reaper, runc is still waiting."""
     import subprocess
 
+    from conftest import find_runc
     from sbxc.layout import RUN_DIR_PREFIX
     from sbxc.runtime import rundirs
-    from sbxc.runtime.probe import host_program
 
-    runc = host_program("runc", os.environ)[0]
-    assert runc, "runc is installed by the set-up"
+    runc = find_runc()
     base = tmp_path / "base"
     run_dir = base / (RUN_DIR_PREFIX + "0123456789abcdef")
     run_dir.mkdir(parents=True)

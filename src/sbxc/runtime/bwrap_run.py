@@ -27,7 +27,7 @@ import sys
 from ..layout import BWRAP_EMPTY_FD as EMPTY_FD
 from .errors import Refusal, bwrap_failure, one_line
 from .spec import LaunchSpec
-from .staleness import HostNow
+from .staleness import HostNow, deepest_check
 _FIONREAD = 0x541B  # asm-generic/ioctls.h; the same on x86_64 and aarch64
 _PIPE_MAX = 65536  # the default pipe buffer: the whole program must fit before bwrap reads
 _PIPE_ATOMIC = 4096  # PIPE_BUF: a write of at most this many bytes to a pipe is never split
@@ -43,14 +43,8 @@ def _unread(fd: int) -> int:
 
 def _deepest(checks, path: str) -> tuple[str, str]:
     """(rule path, access) of the deepest rule containing ``path``; ("", "none") if none."""
-    best, access, depth = "", "none", -1
-    for check in checks:
-        rpath, acc = check[0], check[2]
-        if path == rpath or path.startswith(rpath.rstrip("/") + "/"):
-            d = 0 if rpath == "/" else rpath.count("/")
-            if d > depth:
-                best, access, depth = rpath, acc, d
-    return best, access
+    check = deepest_check(checks, path)
+    return (check[0], check[2]) if check is not None else ("", "none")
 
 
 def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:

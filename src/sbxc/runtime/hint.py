@@ -10,6 +10,8 @@ policy wrote it, its ``file:line:col``).
 Hot path: only ``bytes`` methods, per line of stderr; no ``re``. The rules are looked at
 only after a failed run whose stderr held a permission or read-only error.
 """
+from .staleness import deepest_check
+
 # Lower-case bytes, matched case-insensitively on each line of stderr.
 NETWORK_PATTERNS = (
     b"could not resolve",  # curl, git: "Could not resolve host"; ssh: "... hostname"
@@ -125,19 +127,6 @@ def _paths_in(line: bytes) -> list:
     return out
 
 
-def _deepest(checks, path: str):
-    best, depth = None, -1
-    for check in checks:
-        if len(check) < 3 or not isinstance(check[0], str):
-            continue
-        rpath = check[0]
-        if path == rpath or path.startswith(rpath.rstrip("/") + "/"):
-            d = 0 if rpath == "/" else rpath.count("/")
-            if d > depth:
-                best, depth = check, d
-    return best
-
-
 def denial_line(scan: StderrScan, checks, landlock: bool) -> str:
     """The one line naming the rule that refused a path the failed command's stderr
     reports as denied or read-only, or "" when no rule of the plan explains it.
@@ -152,7 +141,7 @@ def denial_line(scan: StderrScan, checks, landlock: bool) -> str:
         # rule such as `read /` covers; the path the error is about has the nearer rule.
         check, depth = None, -1
         for path in _paths_in(line):
-            c = _deepest(checks, path)
+            c = deepest_check(checks, path)
             d = -1 if c is None else (0 if c[0] == "/" else c[0].count("/"))
             if d >= depth and c is not None:
                 check, depth = c, d

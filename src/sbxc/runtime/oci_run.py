@@ -504,7 +504,7 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
 
 
 def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
-    from .bwrap_run import _deepest
+    from .staleness import deepest_check
     from .probe import host_program
 
     low = planfile.get("lowered") or {}
@@ -523,7 +523,8 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
 
     # The command runs in the caller's folder or not at all (as on bwrap).
     cwd = ctx.cwd
-    where, access = _deepest((planfile.get("runtime") or {}).get("checks") or (), cwd)
+    check = deepest_check((planfile.get("runtime") or {}).get("checks") or (), cwd)
+    where, access = (check[0], check[2]) if check is not None else ("", "none")
     if access in ("none", "mask") or (access == "tmpfs" and where != cwd):
         raise Refusal(f"the current folder {cwd} is not in the sandbox (policy: {access})",
                       "run sbxc from a folder the policy shows, e.g. the project")

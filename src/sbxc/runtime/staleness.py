@@ -177,6 +177,21 @@ def _kind_of(st_mode: int) -> str:
     return "other"
 
 
+def deepest_check(checks, path: str):
+    """The plan's check entry (``[path, kind, access, ...]``) of the deepest rule
+    containing ``path``, or None. Entries that are not one are passed over."""
+    best, depth = None, -1
+    for check in checks:
+        if len(check) < 3 or not isinstance(check[0], str):
+            continue
+        rpath = check[0]
+        if path == rpath or path.startswith(rpath.rstrip("/") + "/"):
+            d = 0 if rpath == "/" else rpath.count("/")
+            if d > depth:
+                best, depth = check, d
+    return best
+
+
 def rule_of(check, cwd: str = "") -> str:
     """`` (rule FILE:LINE:COL "ACCESS PATH")`` for a plan's check entry
     ``[path, kind, access, span, written]``; '' for an entry of an older plan file, which
