@@ -27,15 +27,9 @@ _CWD_TMPFS = {
 
 def cwd_warning(checks, cwd: str, backend: str) -> str:
     """The warning for a current folder whose deepest rule is a ``tmpfs``, or ""."""
-    best, depth = None, -1
-    for check in checks or ():
-        if len(check) < 3 or not isinstance(check[0], str):
-            continue
-        p = check[0]
-        if cwd == p or cwd.startswith(p.rstrip("/") + "/"):
-            d = 0 if p == "/" else p.count("/")
-            if d > depth:
-                best, depth = check, d
+    from .staleness import deepest_check
+
+    best = deepest_check(checks or (), cwd)
     if best is None or best[2] != "tmpfs" or backend not in _CWD_TMPFS:
         return ""
     written = best[4] if len(best) > 4 and isinstance(best[4], str) else best[0]
