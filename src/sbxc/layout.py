@@ -30,9 +30,12 @@ CACHE_ROOT_TEMPLATE = "/var/tmp/sbxc-{uid}"
 PLANS_SUBDIR = "plans"
 """The plan cache folder under the default cache root (0700, out of every sandbox's reach)."""
 RUN_DIR_PREFIX = "sbxc-run-"
+"""Per-run private folders (Landlock's ``tmpfs`` stand-ins, OCI bundles) start with this."""
+RUNS_SUBDIR = "runs"
+"""In the plan cache folder: the OCI runs' bundles, one per-run folder each (0700). Apart
+from the plans, so that reaping stale ones lists a few entries, not every cached plan."""
 CACHE_MARKER_SUFFIX = ".project"
 """Beside each project's cache folder in the root: ``<project-id>.project`` names the project."""
-"""Per-run private folders (Landlock's ``tmpfs`` stand-ins) start with this."""
 
 
 BWRAP_EMPTY_FD = "@fd:empty"

@@ -121,6 +121,10 @@ def test_cached_exec_through_launcher_imports_little(launcher, bwrap_works, proj
                   *lean):
         assert heavy not in tops, (heavy, sorted(loaded))
     assert "sbxc.commands._args" not in loaded, sorted(loaded)  # only exec's own options are built
+    # Every module of sbxc's own that the run loads is in the bundle's hot part, read with
+    # its index (scripts/write-launcher, HOT).
+    hot = set(_write_launcher_module().HOT)
+    assert {m for m in loaded if m.split(".")[0] == "sbxc"} <= hot, sorted(loaded)
     # Without host rules nothing of the proxy is loaded.
     assert not [m for m in loaded if m.startswith("sbxc.runtime.proxy") or m == "sbxc.hostnames"], sorted(loaded)
 
@@ -230,6 +234,25 @@ def test_bundle_never_serves_code_older_than_its_source(tmp_path):
         f.write(b"\0\0\0\0")
     other = _loaders(launcher_path, python)
     assert other["sbxc.cli"] == "SourceFileLoader" and other["version"] == f"sbxc {new}", other
+
+
+def test_bundle_hot_part_comes_first_and_the_rest_on_demand(tmp_path):
+    """The HOT modules' code is first in the bundle, and the index says where it ends; a
+    module outside it is still imported from the bundle, read when it is needed."""
+    import marshal
+
+    wl = _write_launcher_module()
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__import__("sbxc").__file__)))
+    data = wl.bundle_bytes(os.path.join(src, "sbxc"))
+    loader_len = int.from_bytes(data[4:8], "little")
+    index_len = int.from_bytes(data[8:12], "little")
+    index = marshal.loads(data[12 + loader_len:12 + loader_len + index_len])
+    hot_end = index.pop(wl.HOT_KEY)
+    ends = {name: e[4] + e[5] for name, e in index.items()}
+    assert set(wl.HOT) <= set(index)
+    assert hot_end == max(ends[n] for n in wl.HOT)
+    assert all(index[n][4] >= hot_end for n in index if n not in wl.HOT)
+    assert any(n not in wl.HOT for n in index)  # control: there is a rest, read on demand
 
 
 def test_bundle_is_never_read_through_a_reused_descriptor(launcher, tmp_path):

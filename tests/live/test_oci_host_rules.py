@@ -33,12 +33,17 @@ def _plans(home: str) -> str:
 
 
 def _run_dirs(plans: str) -> list:
-    from sbxc.layout import RUN_DIR_PREFIX
+    """The per-run folders in the plans folder's ``runs`` folder, where the bundles are,
+    and any in the plans folder itself."""
+    from sbxc.layout import RUN_DIR_PREFIX, RUNS_SUBDIR
 
-    try:
-        return sorted(n for n in os.listdir(plans) if n.startswith(RUN_DIR_PREFIX))
-    except FileNotFoundError:
-        return []
+    found = []
+    for where in (os.path.join(plans, RUNS_SUBDIR), plans):
+        try:
+            found += [os.path.join(where, n) for n in os.listdir(where) if n.startswith(RUN_DIR_PREFIX)]
+        except FileNotFoundError:
+            pass
+    return sorted(found)
 
 
 def _tagged(*marks: str) -> list:
@@ -100,12 +105,13 @@ def test_oci_the_proxy_listens_inside_and_nothing_else_is_reachable(runc, sbxc, 
 WATCH = r"""
 import os, subprocess, sys, time
 plans, runc, out = sys.argv[1], sys.argv[2], sys.argv[3]
-from sbxc.layout import RUN_DIR_PREFIX
+from sbxc.layout import RUN_DIR_PREFIX, RUNS_SUBDIR
+runs = os.path.join(plans, RUNS_SUBDIR)
 deadline = time.monotonic() + 30
 while time.monotonic() < deadline:
-    for name in os.listdir(plans):
+    for name in os.listdir(runs) if os.path.isdir(runs) else ():
         if name.startswith(RUN_DIR_PREFIX):
-            d = os.path.join(plans, name)
+            d = os.path.join(runs, name)
             r = subprocess.run([runc, "--root", d] + ([] if os.geteuid() == 0 else ["--rootless", "true"])
                                + ["list", "-q"], capture_output=True, text=True)
             if r.stdout.strip():
@@ -154,13 +160,14 @@ where, seen = os.environ["SBXC_TEST_FAULT"], os.environ["SBXC_TEST_SEEN"]
 
 def note():
     # Called while the container waits before its start: what exists then.
-    from sbxc.layout import RUN_DIR_PREFIX
+    from sbxc.layout import RUN_DIR_PREFIX, RUNS_SUBDIR
     from sbxc.runtime.planstore import plans_dir
 
     lines = []
-    for name in os.listdir(plans_dir()):
+    runs = os.path.join(plans_dir(), RUNS_SUBDIR)
+    for name in os.listdir(runs):
         if name.startswith(RUN_DIR_PREFIX):
-            d = os.path.join(plans_dir(), name)
+            d = os.path.join(runs, name)
             r = subprocess.run([shutil.which("runc"), "--root", d]
                                + ([] if os.geteuid() == 0 else ["--rootless", "true"]) + ["list", "-q"],
                                capture_output=True, text=True)

@@ -362,8 +362,9 @@ def test_bundles_are_out_of_the_commands_reach(runc, sbxc):
         import time
 
         found = False
+        runs = os.path.join(plans, "runs")
         for _ in range(60):
-            if any(n.startswith(marker) for n in os.listdir(plans)):
+            if os.path.isdir(runs) and any(n.startswith(marker) for n in os.listdir(runs)):
                 found = True
                 break
             time.sleep(0.1)
@@ -433,11 +434,20 @@ def test_runs_leave_no_bundle_and_keep_the_shared_rootfs_empty(runc, sbxc, tmp_p
     plans = _plans_dir()
     shared = os.path.join(plans, "oci-rootfs")
     assert not os.path.exists(shared) or os.listdir(shared) == []
-    assert [n for n in os.listdir(plans) if n.startswith("sbxc-run-")] == []
+    assert _bundles(plans) == []
     r = sbxc("sbxc: 1\nextends: [builtin:default]\n", "/bin/true", args=OCI)
     assert r.rc == 0, r
     assert os.path.isdir(shared) and os.listdir(shared) == []
-    assert [n for n in os.listdir(plans) if n.startswith("sbxc-run-")] == []
+    assert _bundles(plans) == []
+
+
+def _bundles(plans: str) -> list:
+    """Per-run folders left in the plans folder's ``runs`` folder or in the plans folder."""
+    found = []
+    for where in (os.path.join(plans, "runs"), plans):
+        if os.path.isdir(where):
+            found += [os.path.join(where, n) for n in os.listdir(where) if n.startswith("sbxc-run-")]
+    return found
 
 
 def test_shared_parts_refuse_what_they_did_not_make(tmp_path):

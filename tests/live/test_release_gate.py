@@ -94,8 +94,8 @@ def test_killed_before_release_command_never_runs(gated, project, home):
         # would take it once stale; later tests expect a plans folder without run folders.
         from sbxc.runtime import rundirs
 
-        plans = os.path.join(base_env(home)["SBXC_ROOT"], "plans")
-        assert rundirs.reap_run_dirs(plans, now=time.time() + 2 * rundirs.STALE_AFTER) == 1
+        runs = os.path.join(base_env(home)["SBXC_ROOT"], "plans", "runs")
+        assert rundirs.reap_run_dirs(runs, now=time.time() + 2 * rundirs.STALE_AFTER) == 1
 
 
 def _cmdline(pid) -> bytes:

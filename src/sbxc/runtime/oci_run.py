@@ -2,7 +2,7 @@
 ``sbxc.runtime.spec``).
 
 ``prepare`` makes a per-run bundle (``rundirs``: locked while the run lasts, reaped when a
-killed run left it): ``config.json`` with the run's command, environment and folder, and
+killed run left it), in the plans folder's ``runs`` folder (``_runs_dir``) or else /tmp: ``config.json`` with the run's command, environment and folder, and
 runc's state (the bundle is runc's ``--root``). The empty ``rootfs`` (the plan binds the
 host's folders read-only into it: no image) and the empty file masked files are bound
 from are kept in the plans folder for every run (``_shared_parts``), or made in the
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from ..fastos import os  # the hot path's os (sbxc.fastos)
 
+from ..layout import RUNS_SUBDIR
 from .errors import Refusal, one_line
 from .rundirs import make_run_dir
 from .spec import LaunchSpec
@@ -190,6 +191,28 @@ def _config(planfile: dict, cmd: list, env: dict, ctx, shared=None) -> dict:
 EMPTY_FILE = "sbxc-empty"  # the bundle's name for it (backends.oci.EMPTY_FILE; not imported: the compiler side)
 SHARED_ROOTFS = "oci-rootfs"
 SHARED_EMPTY = "oci-empty"
+
+
+def _runs_dir(plans: str) -> str:
+    """The plans folder's sub-folder for bundles, made 0700 when missing; "" when there is
+    no plans folder or that entry is not a folder of this user's that only it can enter
+    (never followed when it is a link)."""
+    if not plans:
+        return ""
+    path = plans + "/" + RUNS_SUBDIR
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return ""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return ""
+    if st.st_mode & 0o170000 != 0o040000 or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        return ""
+    return path
 
 
 def _shared_parts(plans: str, root_covered: bool):
@@ -533,7 +556,9 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     # gets an empty folder over it, Landlock refuses a policy that grants it), so no other
     # run's command can rewrite this run's config.json before runc reads it; else /tmp
     # (sticky: no one else can replace the folder). Its own folder is 0700 and locked.
-    base = ctx.plans_dir if ctx.plans_dir and os.path.isdir(ctx.plans_dir) else "/tmp"
+    # The bundles have a folder of their own there (layout.RUNS_SUBDIR): reaping stale ones
+    # lists it on every run, and the plans folder holds hundreds of entries.
+    base = _runs_dir(ctx.plans_dir) or "/tmp"
     try:
         bundle, lock_fd = make_run_dir(base)
     except (PermissionError, FileNotFoundError):
@@ -543,8 +568,8 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     # bind) stay in the plans folder, so a run writes only its config.json: every folder
     # made and removed costs a journal update on disk. Never in /tmp, which others write.
     first = ((planfile.get("lowered") or {}).get("config") or {}).get("mounts") or [{}]
-    shared = _shared_parts(base, first[0].get("destination") == "/" and first[0].get("type") == "bind") \
-        if base == ctx.plans_dir else None
+    shared = _shared_parts(ctx.plans_dir, first[0].get("destination") == "/" and first[0].get("type") == "bind") \
+        if base != "/tmp" else None
     own = [] if shared is not None and shared[0] else ["rootfs"]
     if shared is None:
         own.append(EMPTY_FILE)
