@@ -2,7 +2,7 @@
 side with direct connections, in one run.
 
     .venv/bin/python bench/proxy.py [--mb 200] [--rounds 5] [--conns 300] [--exec-runs 30]
-        [--compare OTHER/src] [--exec-only]
+        [--sbxc PATH] [--against SBXC] [--exec-only]
 
 It starts its own loopback servers in a forked process (so the server, the proxy and the
 client each have a process, as in a real run): a bulk server that sends the requested
@@ -17,7 +17,11 @@ that drift hits every variant alike:
   process's own CPU time per GB (from /proc/PID/stat: its threads, its system calls);
 - new connections: connect, one byte each way, close: direct, through CONNECT and
   through SOCKS5 (address rules), and through CONNECT with a name (resolved with the
-  host's getaddrinfo: ``localhost``); median and p90, and the time added to direct.
+  host's getaddrinfo: ``localhost``); median and p90, and the time added to direct;
+- with ``--exec-runs N``: a cached ``sbxc exec -- true`` with the network off and with
+  host rules, per backend, through the command a user runs after scripts/setup (the
+  venv's ``bin/sbxc`` launcher; ``--sbxc`` names another), and with ``--against`` through
+  another launcher too (an older checkout's), all in the same rounds.
 
 Nothing leaves the machine: every address is 127.0.0.1, and ``localhost`` is the only
 name resolved.
@@ -161,35 +165,37 @@ def _proxy(ports, splice: bool, tunnel: str = "poll") -> Proxy:
     return p
 
 
-def exec_startup(runs: int, compare: str | None = None) -> None:
+def exec_startup(runs: int, sbxc: str, against: str = "") -> None:
     """Median wall time of a cached `sbxc exec -- true`, network off against host rules
-    (a ``.invalid`` host: nothing is contacted), per backend, runs interleaved; with
-    ``compare``, the same cases with that source folder on ``PYTHONPATH`` as well, in
-    the same rounds (so the load hits both trees alike)."""
+    (a ``.invalid`` host: nothing is contacted), per backend, runs interleaved, through the
+    launcher ``sbxc``; with ``against``, the same cases through that launcher as well, in
+    the same rounds (so the load hits both alike)."""
     import subprocess
     import tempfile
 
     here = os.path.dirname(os.path.abspath(__file__))
-    trees = {"this": os.path.abspath(os.path.join(here, "..", "src"))}
-    if compare:
-        trees["other"] = os.path.abspath(compare)
+    sys.path.insert(0, here)
+    import startup
+
+    trees = {"this": startup.installed_command(sbxc)}
+    if against:
+        trees["other"] = startup.installed_command(against)
     with tempfile.TemporaryDirectory() as d:
         cases = {}
+        env = startup.bench_env()
         for backend in ("bwrap", "landlock"):
             for label, net in (("network off", "false"), ("host rules", "[allow pkgs.example.invalid]")):
                 path = os.path.join(d, f"{backend}-{label[0]}.yaml")
                 with open(path, "w") as f:
                     f.write(f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork: {net}\n")
-                for tree, src in trees.items():
-                    env = dict(os.environ, PYTHONPATH=src)
-                    argv = [sys.executable, "-m", "sbxc", "exec", "--policy", path, "--", "true"]
-                    cases[(tree, backend, label)] = (argv, env)
+                for tree, launcher in trees.items():
+                    cases[(tree, backend, label)] = [launcher, "exec", "--policy", path, "--", "true"]
         times = {k: [] for k in cases}
-        for argv, env in cases.values():
-            # Compile and cache the plan (each tree its own entry); the warnings once.
+        for argv in cases.values():
+            # Compile and cache the plan (each launcher its own entry); the warnings once.
             subprocess.run(argv, cwd=d, env=env, check=True)
         for _ in range(runs):
-            for k, (argv, env) in cases.items():
+            for k, argv in cases.items():
                 t = time.perf_counter()
                 r = subprocess.run(argv, cwd=d, env=env, stderr=subprocess.PIPE)
                 times[k].append((time.perf_counter() - t) * 1000)
@@ -198,9 +204,9 @@ def exec_startup(runs: int, compare: str | None = None) -> None:
                     print(f"  run failed ({' / '.join(k)}): status {r.returncode}: "
                           f"{r.stderr.decode(errors='replace').strip()[-300:]}")
     print(f"exec start-up, `sbxc exec -- true`, cached plan, {runs} runs each (ms: median, min)")
-    for tree, src in trees.items():
-        if compare:
-            print(f" {tree}: {src}")
+    for tree, launcher in trees.items():
+        if against:
+            print(f" {tree}: {launcher}")
         for backend in ("bwrap", "landlock"):
             off = statistics.median(times[(tree, backend, "network off")])
             for label in ("network off", "host rules"):
@@ -217,12 +223,13 @@ def main() -> int:
     ap.add_argument("--exec-runs", type=int, default=0,
                     help="also time `sbxc exec -- true` with the network off and with host rules, "
                          "this many runs each per backend (cached plans)")
-    ap.add_argument("--compare", metavar="SRC",
-                    help="with --exec-runs: also time another checkout's src folder, interleaved")
+    ap.add_argument("--sbxc", default="", help="with --exec-runs: the launcher (default: this venv's bin/sbxc)")
+    ap.add_argument("--against", default="", metavar="SBXC",
+                    help="with --exec-runs: also time another launcher (an older checkout's bin/sbxc), interleaved")
     ap.add_argument("--exec-only", action="store_true", help="only the start-up timing (--exec-runs)")
     args = ap.parse_args()
     if args.exec_runs:
-        exec_startup(args.exec_runs, args.compare)
+        exec_startup(args.exec_runs, args.sbxc, args.against)
     if args.exec_only:
         return 0
     pids, (bulk_port, ping_port) = start_servers()

@@ -6,8 +6,6 @@ A leaf: imports only ``_socket`` (to parse and print addresses), so the proxy st
 of ``re``, ``json`` and ``ipaddress``; the ``idna`` codec (which imports ``re``) is loaded
 only when a name is not plain ASCII or holds an ``xn--`` label.
 """
-from __future__ import annotations
-
 import _socket
 
 DEFAULT_PORTS = (443, 80)

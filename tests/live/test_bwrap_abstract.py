@@ -91,3 +91,17 @@ def test_control_outside_connects(abstract_server):
     p = subprocess.run([SANDBOX_PYTHON, "-c", _PROBE, name], capture_output=True, text=True, timeout=30)
     assert "connected pong" in p.stdout, p
     assert hits
+
+
+@pytest.mark.parametrize("network", ["[connect tcp 443]", "[allow pkgs.example.invalid]"])
+def test_rules_give_a_namespace_where_host_abstract_sockets_do_not_exist(sbxc, abstract_server, network):
+    """Per-port and host rules: bwrap gives the command a network namespace of its own, so
+    no Landlock scope is made for abstract sockets (none of the host's is bound there):
+    the connect finds no such name (ECONNREFUSED), and the host's server sees nothing.
+    The control above connects to the same name from outside."""
+    name, hits = abstract_server
+    pol = f"sbxc: 1\nextends: [builtin:default]\nbackend: bwrap\nnetwork: {network}\n"
+    r = sbxc(pol, SANDBOX_PYTHON, "-c", _PROBE, name)
+    assert r.rc == 0, r
+    assert "errno 111" in r.out, r  # no such name in the sandbox's namespace, not EPERM of a scope
+    assert not hits

@@ -277,7 +277,10 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         return 125
 
     setup = None
-    if net in ("on", "rules", "hosts"):
+    if net == "on":
+        # Only the host's network namespace holds the host's abstract sockets: with per-port
+        # or host rules the command has a namespace of its own (--unshare-net), where no
+        # socket of the host's is bound, and the report claims no scope there.
         from .bwrap_scope import child_setup
 
         setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))

@@ -27,9 +27,7 @@ Imported on the ``exec`` path when host rules are in use: this module imports on
 builtins at import time (``os``, ``sys``, ``_socket``); the rest is loaded by ``start`` (thread
 mode) or in the child.
 """
-from __future__ import annotations
-
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 import sys
 
 import _socket

@@ -16,8 +16,6 @@ Decisions (docs/proxy.md):
 - A resolved address that is not public (loopback, private, link-local, ...) is used only
   when an address rule names that exact address and the port.
 """
-from __future__ import annotations
-
 import _socket
 
 # The reading of names and addresses is shared with the compiler (sbxc.hostnames); the

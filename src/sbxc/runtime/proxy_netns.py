@@ -36,9 +36,7 @@ Pid reuse: the child's pid comes from bwrap itself. The pidfd is opened first, t
 pid's parent is checked to be bwrap while the pidfd shows the process alive: the pidfd
 then names bwrap's child, and setns on it enters exactly that process's namespaces.
 """
-from __future__ import annotations
-
-import os
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 import sys
 
 import _socket

@@ -14,8 +14,6 @@ without them loads none of the proxy.
 - Landlock: the proxy listens on a loopback TCP port of the host; the runner adds a
   connect rule for that port (the only TCP connect the ruleset allows).
 """
-from __future__ import annotations
-
 import sys
 
 from .errors import Refusal, one_line
