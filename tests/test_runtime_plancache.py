@@ -98,3 +98,35 @@ def test_candidates_and_policy_state(tmp_path):
     os.mkfifo(fifo)  # planted under the policy's name: must not hang, and is no policy
     assert planstore.policy_state(str(fifo)) == ""
     assert planstore.policy_state(str(tmp_path)) == ""
+
+
+def test_prune_reaps_stale_bundles_left_in_the_plans_folder(tmp_path):
+    """A killed OCI run of before the ``runs`` folder left its bundle in the plans folder
+    itself: a miss's pruning reaps it (unlocked and stale), with what it holds. Controls:
+    a young one (a run may have just made it) and a locked one stay, and so do records."""
+    import fcntl
+
+    from sbxc.layout import RUN_DIR_PREFIX
+    from sbxc.runtime import rundirs
+
+    d = tmp_path / "plans"
+    d.mkdir(mode=0o700)
+    old = time.time() - 2 * rundirs.STALE_AFTER
+    stale, young, held = (d / (RUN_DIR_PREFIX + c * 16) for c in "abc")
+    for run in (stale, young, held):
+        run.mkdir(mode=0o700)
+        (run / "pid").write_text("1\n")
+        os.mkfifo(run / "config.json", 0o600)
+    for run in (stale, held):
+        os.utime(run, (old, old))
+    (d / "t-x").write_bytes(b"")
+    lock = os.open(str(held), os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    fd = os.open(str(d), os.O_PATH | os.O_DIRECTORY)
+    try:
+        assert planprune.prune(fd) == 1
+        assert not stale.exists()
+        assert young.exists() and held.exists() and (d / "t-x").exists()
+    finally:
+        os.close(fd)
+        os.close(lock)

@@ -14,6 +14,8 @@ Limits (docs/decisions.md says why these): a plan is dropped 14 days after it wa
 compiled; past 256 plans or 16 MiB, the least recently compiled are dropped until at most
 192 plans and 12 MiB remain (the gap keeps the next misses from pruning again at once).
 A temporary name older than an hour is a write that died between its open and its rename.
+A per-run folder (an OCI bundle of a run that was killed, from before bundles had the
+``runs`` folder) is reaped as every stale per-run folder is (``rundirs.reap``).
 
 When: after a plan is written, i.e. on a plan-cache miss, which compiles (tens of
 milliseconds at least) and so pays one listing of the folder (below a millisecond for a
@@ -87,6 +89,7 @@ def prune(dir_fd: int, now_ns: int | None = None) -> int:
             removed += _unlink(dir_fd, name)
         else:
             plans.append((mtime, size, name))
+    removed += _reap_bundles_here(dir_fd)
     total = sum(size for _m, size, _n in plans)
     if len(plans) <= MAX_ENTRIES and total <= MAX_BYTES:
         return removed
@@ -99,6 +102,16 @@ def prune(dir_fd: int, now_ns: int | None = None) -> int:
         count -= 1
         total -= size
     return removed
+
+
+def _reap_bundles_here(dir_fd: int) -> int:
+    """Stale OCI bundles in the plans folder itself, where runs made them before they got
+    the ``runs`` folder (``layout.RUNS_SUBDIR``, reaped by every OCI run): a killed run's
+    would otherwise stay for good. On a miss only, as the rest of the pruning."""
+    from ..layout import RUN_DIR_PREFIX
+    from .rundirs import reap
+
+    return len(reap(dir_fd, RUN_DIR_PREFIX, os.geteuid(), name_len=len(RUN_DIR_PREFIX) + 16)[0])
 
 
 class Summary:
