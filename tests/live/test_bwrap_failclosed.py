@@ -123,6 +123,21 @@ def test_plan_for_another_bwrap_or_backend(setup, tmp_path):
         refused(r, s.marker, "macOS")
 
 
+def test_plan_whose_bwrap_options_share_the_host_network(setup, tmp_path):
+    """A plan whose network is off but whose bwrap options lost ``--unshare-net`` (edited,
+    or made by a buggy compiler) would share the host's network, with no abstract-socket
+    scope either: refused. Control: the same plan as compiled runs."""
+    s = setup
+    control(s)
+    pf = json.load(open(s.plan))
+    assert pf["runtime"]["network"] == "off" and "--unshare-net" in pf["lowered"]["argv"]
+    pf["lowered"]["argv"] = [a for a in pf["lowered"]["argv"] if a != "--unshare-net"]
+    path = str(tmp_path / "plan-shared-net.json")
+    json.dump(pf, open(path, "w"))
+    r = run(sbxc_argv("exec", "--plan", path, "--", *s.cmd), env=base_env(s.home), cwd=s.project)
+    refused(r, s.marker, "share the host's network")
+
+
 def test_bad_plan_file(setup, tmp_path):
     s = setup
     bad = tmp_path / "bad.json"
