@@ -469,3 +469,36 @@ def test_shared_parts_refuse_what_they_did_not_make(tmp_path):
     os.unlink(f"{d}/oci-empty")
     os.mkdir(f"{d}/oci-empty")
     assert _shared_parts(d, False) is None
+
+
+def test_plan_whose_config_shares_a_network_is_refused(runc, sbxc, tmp_path):
+    """A plan with the network off whose OCI config lost its new network namespace (or
+    joins one by path) would share a network the plan does not allow: refused with 125,
+    and the command never ran. Control: the same plan as compiled runs."""
+    with open(os.path.join(sbxc.project, "sandbox.policy.yaml"), "w") as f:
+        f.write("sbxc: 1\nextends: [builtin:default]\nnetwork: false\n")
+    out = str(tmp_path / "bundle")
+    r = run(sbxc_argv("compile", "--backend", "oci", "-o", out), env=base_env(sbxc.home), cwd=sbxc.project)
+    assert r.rc == 0, r
+    with open(os.path.join(out, "plan.json")) as f:
+        pf = json.load(f)
+    marker = os.path.join(sbxc.project, "ran")
+    cmd = ["/bin/sh", "-c", f"touch {marker}"]
+    plain = str(tmp_path / "plan.json")
+    with open(plain, "w") as f:
+        json.dump(pf, f)
+    r = run(sbxc_argv("exec", "--plan", plain, "--", *cmd), env=base_env(sbxc.home), cwd=sbxc.project)
+    assert r.rc == 0 and os.path.exists(marker), r  # the control
+    os.unlink(marker)
+    spaces = pf["lowered"]["config"]["linux"]["namespaces"]
+    assert {"type": "network"} in spaces and pf["runtime"]["network"] == "off"
+    for label, changed in (("none", [n for n in spaces if n.get("type") != "network"]),
+                           ("joined", [dict(n, path="/proc/1/ns/net") if n.get("type") == "network" else n
+                                       for n in spaces])):
+        pf["lowered"]["config"]["linux"]["namespaces"] = changed
+        path = str(tmp_path / f"plan-{label}.json")
+        with open(path, "w") as f:
+            json.dump(pf, f)
+        r = run(sbxc_argv("exec", "--plan", path, "--", *cmd), env=base_env(sbxc.home), cwd=sbxc.project)
+        assert r.rc == 125 and "shares a network namespace" in r.err, (label, r)
+        assert not os.path.exists(marker), (label, r)

@@ -169,6 +169,13 @@ def _config(planfile: dict, cmd: list, env: dict, ctx, shared=None) -> dict:
             m["source"] = shared[1]
         mounts.append(m)
     linux = dict(config.get("linux") or {})
+    net = (planfile.get("runtime") or {}).get("network", "on")
+    if net != "on" and not any(isinstance(n, dict) and n.get("type") == "network" and not n.get("path")
+                               for n in linux.get("namespaces") or ()):
+        # A network off or narrowed is a new, empty namespace; without one (or with one
+        # joined by path) the command would share a network the plan does not allow.
+        raise Refusal("the plan's OCI config shares a network namespace although its network setting does not",
+                      "recompile the plan")
     readonly = [relocate(p) for p in linux.get("readonlyPaths") or ()]
     # The plan cache must stay out of every sandbox's reach: an empty folder on top of it,
     # made read-only with the masks (it may sit inside one).
