@@ -196,13 +196,14 @@ elif where == "start":
         return real(argv, env, log_w)
     oci_run._runc_call = call
 
-elif where == "signal":
+elif where in ("signal", "sigkill"):
     from sbxc.runtime import proxy_run
     real_listen = proxy_run.ProxyRun.listen_in
     def listen_in(self, joiner, launcher_pid, child_pid):
         real_listen(self, joiner, launcher_pid, child_pid)
         note()
-        os.kill(os.getpid(), signal.SIGTERM)  # as from a timeout, before runc start
+        # SIGTERM as from a timeout, before runc start; SIGKILL: sbxc cannot clean up at all.
+        os.kill(os.getpid(), signal.SIGTERM if where == "signal" else signal.SIGKILL)
     proxy_run.ProxyRun.listen_in = listen_in
 
 from sbxc.cli import main
@@ -259,3 +260,53 @@ def test_oci_failure_before_the_start_leaves_nothing(runc, sbxc, upstream, where
     r = run([PYTHON, "-m", "sbxc", "exec", "--policy", ppath, "--", "touch", marker], env=base_env(sbxc.home),
             cwd=sbxc.project)
     assert r.rc == 0 and os.path.exists(marker), r
+
+
+def test_oci_container_of_a_killed_sbxc_is_ended_by_a_later_reaper(runc, sbxc, upstream):
+    """sbxc killed with SIGKILL between `runc create` and `runc start` can clean up
+    nothing: the container's first process waits on runc's exec fifo, in a bundle nobody
+    holds any more (the control: it is still there, as root with its cgroup). A later run's
+    reaper of stale per-run folders (simulated at a time past STALE_AFTER) deletes the
+    container through runc before it removes the folder: the process and the cgroup go."""
+    tag = uuid.uuid4().hex
+    ppath = os.path.join(sbxc.project, "sandbox.policy.yaml")
+    with open(ppath, "w") as f:
+        f.write(_tag_policy(tag, upstream))
+    plans = _plans(sbxc.home)
+    marker = os.path.join(sbxc.project, "ran")
+    seen = os.path.join(str(sbxc.home), "seen")
+    env = base_env(sbxc.home, {"SBXC_TEST_FAULT": "sigkill", "SBXC_TEST_SEEN": seen})
+    # Output to a file, and only sbxc itself waited for: the waiting process keeps the
+    # stdio it was given, so pipes would never reach end of file.
+    with open(os.path.join(str(sbxc.home), "out"), "wb") as out:
+        p = subprocess.Popen([PYTHON, "-c", FAULT, "exec", "--policy", ppath, "--", "touch", marker], env=env,
+                             cwd=sbxc.project, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        assert p.wait(timeout=60) == -9
+    assert not os.path.exists(marker)
+    with open(seen) as f:
+        text = f.read()
+    found = [line.split(" ", 2) for line in text.splitlines() if not line.startswith("MARKED ")]
+    assert len(found) == 1 and "MARKED True" in text, text
+    rundir, pid, listed = found[0]
+    listed = listed.strip()
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and [p for p in _tagged(tag, plans) if p != int(pid)]:
+        time.sleep(0.05)  # the proxy and its helper end once their sbxc is gone
+    assert _tagged(tag, plans) == [int(pid)], text  # the control: the container's process waits on
+    assert os.path.isdir(rundir)
+    if os.geteuid() == 0:
+        assert _cgroups(listed), listed
+    reap = ("import sys, time\nfrom sbxc.runtime import rundirs\n"
+            "print(rundirs.reap_run_dirs(sys.argv[1], now=time.time() + 2 * rundirs.STALE_AFTER))")
+    r = run([PYTHON, "-c", reap, os.path.dirname(rundir)], env=base_env(sbxc.home), cwd=sbxc.project)
+    assert r.rc == 0 and r.out.strip() == "1", r
+    assert not os.path.exists(rundir)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _tagged(tag, plans):
+        time.sleep(0.05)
+    assert _tagged(tag, plans) == []
+    assert _cgroups(listed) == []
+    assert not os.path.exists(marker)
+

@@ -37,7 +37,7 @@ from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 from ..layout import RUNS_SUBDIR
 from .errors import Refusal, one_line
-from .rundirs import make_run_dir
+from .rundirs import CONTAINER_PREFIX, make_run_dir
 from .spec import LaunchSpec
 
 _RUNC_FIX = "install runc (apt install runc), or use --backend bwrap"
@@ -650,7 +650,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         raise
 
     pid_file = bundle + "/pid"
-    cid = "sbxc-" + bundle.rsplit("-", 1)[-1]
+    cid = CONTAINER_PREFIX + bundle.rsplit("-", 1)[-1]
     # runc's state root is the bundle itself: runc makes a folder named by the container id
     # there and removes it when the run ends, so no state folder of sbxc's is needed.
     argv = [found, "--root", bundle, "--log", f"/proc/self/fd/{log_w}", "--log-format", "text"]

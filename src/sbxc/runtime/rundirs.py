@@ -62,6 +62,7 @@ def reap(base_fd: int, prefix: str, uid: int, *, now: float | None = None, name_
                 continue  # a running sbxc holds it
             if remove:
                 _end_fifo_waits(fd)
+                _end_containers(fd)
                 try:
                     remove_tree(base_fd, name)
                 except OSError as e:
@@ -143,4 +144,53 @@ def _end_fifo_waits(dir_fd: int) -> None:
             pass
         finally:
             os.close(fd)
+
+
+CONTAINER_PREFIX = "sbxc-"
+"""The ids sbxc gives its runc containers (``oci_run``): ``sbxc-`` and the bundle's suffix."""
+
+
+def _end_containers(dir_fd: int) -> None:
+    """A stale OCI bundle can hold a container that never started: its run's sbxc was
+    killed (SIGKILL) between `runc create` and `runc start` (host rules). Its first process
+    then waits on runc's exec fifo for good, and as root runc made a cgroup for it. The
+    bundle is runc's ``--root``, so the container's state is ``<id>/state.json`` in it:
+    `runc delete --force <id>` ends that process and removes the cgroup, before the folder
+    goes. Only for entries named as sbxc names its containers, with a state file; runc
+    from the system program folders only (``probe.host_program``). Best effort: a runc that
+    cannot be found or fails leaves the process as it was before (the folder still goes)."""
+    import stat
+
+    try:
+        with os.scandir(dir_fd) as it:
+            names = [e.name for e in it if e.name.startswith(CONTAINER_PREFIX) and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    ids = []
+    for name in names:
+        try:
+            if stat.S_ISREG(os.stat(name + "/state.json", dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                ids.append(name)
+        except OSError:
+            continue
+    if not ids:
+        return
+    import subprocess
+
+    from .probe import host_program
+
+    runc = host_program("runc", os.environ)[0]
+    if not runc:
+        return
+    try:
+        root = os.readlink(f"/proc/self/fd/{dir_fd}")  # the folder, opened without following a link
+    except OSError:
+        return
+    rootless = ["--rootless", "true"] if os.geteuid() != 0 else []
+    for cid in ids:
+        try:
+            subprocess.run([runc, "--root", root, *rootless, "delete", "--force", cid], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20, env=dict(os.environ))
+        except (OSError, subprocess.SubprocessError):
+            pass
 
