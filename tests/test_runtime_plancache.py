@@ -120,13 +120,14 @@ def test_prune_reaps_stale_bundles_left_in_the_plans_folder(tmp_path):
     for run in (stale, held):
         os.utime(run, (old, old))
     (d / "t-x").write_bytes(b"")
+    (d / "p-young").write_bytes(b"x")
     lock = os.open(str(held), os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     fd = os.open(str(d), os.O_PATH | os.O_DIRECTORY)
     try:
         assert planprune.prune(fd) == 1
         assert not stale.exists()
-        assert young.exists() and held.exists() and (d / "t-x").exists()
+        assert young.exists() and held.exists() and (d / "t-x").exists() and (d / "p-young").exists()
     finally:
         os.close(fd)
         os.close(lock)

@@ -136,6 +136,12 @@ def test_plan_whose_bwrap_options_share_the_host_network(setup, tmp_path):
     json.dump(pf, open(path, "w"))
     r = run(sbxc_argv("exec", "--plan", path, "--", *s.cmd), env=base_env(s.home), cwd=s.project)
     refused(r, s.marker, "share the host's network")
+    # Kept, but undone by a later --share-net (bwrap takes the last one).
+    argv = json.load(open(s.plan))["lowered"]["argv"]
+    pf["lowered"]["argv"] = argv + ["--share-net"]
+    json.dump(pf, open(path, "w"))
+    r = run(sbxc_argv("exec", "--plan", path, "--", *s.cmd), env=base_env(s.home), cwd=s.project)
+    refused(r, s.marker, "share the host's network")
 
 
 def test_bad_plan_file(setup, tmp_path):

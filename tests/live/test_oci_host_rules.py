@@ -196,14 +196,18 @@ elif where == "start":
         return real(argv, env, log_w)
     oci_run._runc_call = call
 
-elif where in ("signal", "sigkill"):
+elif where in ("signal", "sigkill-group"):
     from sbxc.runtime import proxy_run
     real_listen = proxy_run.ProxyRun.listen_in
     def listen_in(self, joiner, launcher_pid, child_pid):
         real_listen(self, joiner, launcher_pid, child_pid)
         note()
-        # SIGTERM as from a timeout, before runc start; SIGKILL: sbxc cannot clean up at all.
-        os.kill(os.getpid(), signal.SIGTERM if where == "signal" else signal.SIGKILL)
+        # SIGTERM as from a timeout, before runc start. SIGKILL to sbxc's whole process group
+        # (its own session here): neither sbxc nor its watcher can clean up at all.
+        if where == "signal":
+            os.kill(os.getpid(), signal.SIGTERM)
+        else:
+            os.killpg(os.getpgrp(), signal.SIGKILL)
     proxy_run.ProxyRun.listen_in = listen_in
 
 from sbxc.cli import main
@@ -263,11 +267,12 @@ def test_oci_failure_before_the_start_leaves_nothing(runc, sbxc, upstream, where
 
 
 def test_oci_container_of_a_killed_sbxc_is_ended_by_a_later_reaper(runc, sbxc, upstream):
-    """sbxc killed with SIGKILL between `runc create` and `runc start` can clean up
-    nothing: the container's first process waits on runc's exec fifo, in a bundle nobody
-    holds any more (the control: it is still there, as root with its cgroup). A later run's
-    reaper of stale per-run folders (simulated at a time past STALE_AFTER) deletes the
-    container through runc before it removes the folder: the process and the cgroup go."""
+    """sbxc and its watcher killed with SIGKILL (their whole process group) between `runc
+    create` and `runc start` can clean up nothing: the container's first process waits on
+    runc's exec fifo, in a bundle nobody holds any more (the control: it is still there, as
+    root with its cgroup). A later run's reaper of stale per-run folders (simulated at a
+    time past STALE_AFTER) deletes the container through runc before it removes the
+    folder: the process and the cgroup go."""
     tag = uuid.uuid4().hex
     ppath = os.path.join(sbxc.project, "sandbox.policy.yaml")
     with open(ppath, "w") as f:
@@ -275,12 +280,13 @@ def test_oci_container_of_a_killed_sbxc_is_ended_by_a_later_reaper(runc, sbxc, u
     plans = _plans(sbxc.home)
     marker = os.path.join(sbxc.project, "ran")
     seen = os.path.join(str(sbxc.home), "seen")
-    env = base_env(sbxc.home, {"SBXC_TEST_FAULT": "sigkill", "SBXC_TEST_SEEN": seen})
+    env = base_env(sbxc.home, {"SBXC_TEST_FAULT": "sigkill-group", "SBXC_TEST_SEEN": seen})
     # Output to a file, and only sbxc itself waited for: the waiting process keeps the
     # stdio it was given, so pipes would never reach end of file.
     with open(os.path.join(str(sbxc.home), "out"), "wb") as out:
         p = subprocess.Popen([PYTHON, "-c", FAULT, "exec", "--policy", ppath, "--", "touch", marker], env=env,
-                             cwd=sbxc.project, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+                             cwd=sbxc.project, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                             start_new_session=True)
         assert p.wait(timeout=60) == -9
     assert not os.path.exists(marker)
     with open(seen) as f:
@@ -300,8 +306,9 @@ def test_oci_container_of_a_killed_sbxc_is_ended_by_a_later_reaper(runc, sbxc, u
         assert _cgroups(listed), listed
     reap = ("import sys, time\nfrom sbxc.runtime import rundirs\n"
             "print(rundirs.reap_run_dirs(sys.argv[1], now=time.time() + 2 * rundirs.STALE_AFTER))")
+    reap = reap.replace("rundirs.STALE_AFTER)", "rundirs.STALE_AFTER, containers=True)")
     r = run([PYTHON, "-c", reap, os.path.dirname(rundir)], env=base_env(sbxc.home), cwd=sbxc.project)
-    assert r.rc == 0 and r.out.strip() == "1", r
+    assert r.rc == 0 and int(r.out.strip()) >= 1, r
     assert not os.path.exists(rundir)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and _tagged(tag, plans):
@@ -310,3 +317,67 @@ def test_oci_container_of_a_killed_sbxc_is_ended_by_a_later_reaper(runc, sbxc, u
     assert _cgroups(listed) == []
     assert not os.path.exists(marker)
 
+
+
+@pytest.mark.parametrize("kind", ["network off", "host rules"])
+def test_sigkill_of_sbxc_ends_its_container(runc, sbxc, upstream, kind):
+    """runc has no --die-with-parent: an sbxc killed with SIGKILL, which can clean up
+    nothing, would leave runc and the command running unsupervised. The run's watcher
+    (runtime/oci_watch) ends the container then: the command's processes go within
+    seconds, and as root the container's cgroup too. The control: the command was
+    running (a tagged `sleep`) when sbxc was killed. Both kinds of run: `runc run`, and
+    `runc create`/`start` for host rules."""
+    import signal
+    import time
+
+    tag = uuid.uuid4().hex
+    text = _tag_policy(tag, upstream)
+    if kind == "network off":
+        text = text.split("network:")[0] + "network: false\n"
+    ppath = os.path.join(sbxc.project, "sandbox.policy.yaml")
+    with open(ppath, "w") as f:
+        f.write(text)
+    plans = _plans(sbxc.home)
+    before = set(_run_dirs(plans))
+    with open(os.path.join(str(sbxc.home), "out"), "wb") as out:
+        p = subprocess.Popen([PYTHON, "-m", "sbxc", "exec", "--policy", ppath, "--", "sleep", "120"],
+                             env=base_env(sbxc.home), cwd=sbxc.project, stdin=subprocess.DEVNULL, stdout=out,
+                             stderr=out)
+        try:
+            sleeping, cid = 0, ""
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not sleeping:
+                for pid in _tagged(tag):
+                    try:
+                        with open(f"/proc/{pid}/cmdline", "rb") as f:
+                            if not f.read().split(b"\0")[0].endswith(b"sleep"):
+                                continue
+                        with open(f"/proc/{pid}/cgroup") as f:
+                            cid = next((ln.rsplit("/", 1)[1] for ln in f.read().splitlines()
+                                        if ln.rsplit("/", 1)[-1].startswith("sbxc-")), "")
+                        sleeping = pid
+                    except OSError:
+                        continue
+                time.sleep(0.05)
+            assert sleeping, "the command never ran"  # the control
+            os.kill(p.pid, signal.SIGKILL)
+            assert p.wait(timeout=30) == -9
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and _tagged(tag, plans):
+        time.sleep(0.05)
+    assert _tagged(tag, plans) == [], "the container outlived its sbxc"
+    if os.geteuid() == 0:
+        assert cid and _cgroups(cid) == [], cid
+    # The killed run's folder is a later run's to reap once stale; the tests after this
+    # one expect a plans folder without run folders.
+    reap = ("import sys, time\nfrom sbxc.runtime import rundirs\n"
+            "print(rundirs.reap_run_dirs(sys.argv[1], now=time.time() + 2 * rundirs.STALE_AFTER))")
+    ours = set(_run_dirs(plans)) - before
+    assert len(ours) == 1, ours  # left by the killed sbxc
+    r = run([PYTHON, "-c", reap, os.path.join(plans, "runs")], env=base_env(sbxc.home), cwd=sbxc.project)
+    assert r.rc == 0 and int(r.out.strip()) >= 1, r
+    assert not [d for d in ours if os.path.exists(d)]

@@ -502,3 +502,40 @@ def test_plan_whose_config_shares_a_network_is_refused(runc, sbxc, tmp_path):
         r = run(sbxc_argv("exec", "--plan", path, "--", *cmd), env=base_env(sbxc.home), cwd=sbxc.project)
         assert r.rc == 125 and "shares a network namespace" in r.err, (label, r)
         assert not os.path.exists(marker), (label, r)
+
+
+def test_bundle_in_tmp_is_hidden_from_a_command_that_sees_the_hosts_tmp(runc, sbxc, tmp_path):
+    """With no usable plans folder (here its ``runs`` entry is a file) the bundle goes to
+    /tmp. A policy that lets the command write the host's /tmp must still not let it see
+    or touch the run's bundle (its config, runc's state of its own container): an empty
+    read-only folder covers it. The control: the command does see the host's /tmp (a file
+    the test made there), and the bundle exists on the host during the run."""
+    import uuid
+
+    root = os.environ.get("SBXC_ROOT") or f"/var/tmp/sbxc-{os.getuid()}"
+    assert sbxc(None, "/bin/true", args=OCI).rc == 0  # the plans folder exists from here on
+    runs = os.path.join(root, "plans", "runs")
+    moved = runs + ".aside"
+    had = os.path.isdir(runs)
+    if had:
+        os.rename(runs, moved)
+    with open(runs, "w"):
+        pass
+    seen = f"/tmp/sbxc-test-seen-{uuid.uuid4().hex}"
+    open(seen, "w").close()
+    try:
+        policy = "sbxc: 1\nfilesystem:\n  - read /\n  - write /tmp\n"
+        script = (f"test -e {seen} && echo SEES-HOST-TMP; for d in /tmp/sbxc-run-*; do "
+                  "if [ -e \"$d/config.json\" ] || ls -d \"$d\"/sbxc-* >/dev/null 2>&1; then echo \"BUNDLE $d\"; "
+                  "touch \"$d/x\" 2>/dev/null && echo WROTE; fi; done; "
+                  "echo COVERED $(grep -c ' /tmp/sbxc-run-[0-9a-f]* ' /proc/self/mountinfo)")
+        r = sbxc(policy, "/bin/sh", "-c", script, args=OCI)
+        assert r.rc == 0 and "COVERED" in r.out, r
+        assert "SEES-HOST-TMP" in r.out, r  # the control: this is the host's /tmp
+        assert "BUNDLE" not in r.out and "WROTE" not in r.out, r
+        assert "COVERED 0" not in r.out, r  # the bundle's folder is there, under an empty one
+    finally:
+        os.unlink(seen)
+        os.unlink(runs)
+        if had:
+            os.rename(moved, runs)

@@ -75,7 +75,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
                       "run sbxc from a folder the policy shows, e.g. the project")
 
     opts = list(data.get("argv") or ())
-    if net != "on" and "--unshare-net" not in opts:
+    if net != "on" and ("--unshare-net" not in opts or "--share-net" in opts):
         # Only a namespace of its own keeps the network off or narrowed, and the host's
         # abstract sockets away (no Landlock scope is made for them then, see below).
         raise Refusal("the plan's bwrap options share the host's network although its network setting does not",

@@ -37,7 +37,8 @@ from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 from ..layout import RUNS_SUBDIR
 from .errors import Refusal, one_line
-from .rundirs import CONTAINER_PREFIX, make_run_dir
+from .oci_watch import Watcher
+from .rundirs import container_id, make_run_dir
 from .spec import LaunchSpec
 
 _RUNC_FIX = "install runc (apt install runc), or use --backend bwrap"
@@ -153,7 +154,7 @@ def signal_masks(pid: int) -> tuple[int, int]:
     return caught, ignored
 
 
-def _config(planfile: dict, cmd: list, env: dict, ctx, shared=None) -> dict:
+def _config(planfile: dict, cmd: list, env: dict, ctx, shared=None, bundle: str = "") -> dict:
     low = planfile.get("lowered") or {}
     config = low.get("config")
     if not isinstance(config, dict) or not isinstance(config.get("process"), dict):
@@ -183,6 +184,12 @@ def _config(planfile: dict, cmd: list, env: dict, ctx, shared=None) -> dict:
     if plans and os.path.isdir(plans) and not os.path.islink(plans):
         mounts.append({"destination": plans, "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=0755"]})
         readonly.append(plans)
+    if bundle and not (plans and bundle.startswith(plans.rstrip("/") + "/")):
+        # A bundle in /tmp (no usable plans folder): an empty folder over it too, so that
+        # a command that sees the host's /tmp can neither read the run's config nor touch
+        # runc's state of its own container (runc delete acts on that state).
+        mounts.append({"destination": bundle, "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=0700"]})
+        readonly.append(bundle)
     linux["readonlyPaths"] = sorted(set(readonly))
     process = dict(config["process"])
     process["args"] = list(cmd)
@@ -263,6 +270,11 @@ def _shared_parts(plans: str, root_covered: bool):
     return rootfs, empty
 
 
+def _watcher_refusal(e: OSError) -> Refusal:
+    return Refusal(f"could not start the process that ends the container with sbxc ({e.strerror or e})",
+                   "check the limit on processes (ulimit -u)")
+
+
 def _log_reader(log_r: int):
     """A function returning runc's log so far (the pipe's read end is non-blocking)."""
     log = bytearray()
@@ -340,7 +352,7 @@ def _still_waiting(pid: int, runc: str, fifo: str) -> bool:
     return len(args) >= 2 and args[1] == b"init" and args[0].rpartition(b"/")[2] == os.fsencode(runc).rpartition(b"/")[2]
 
 
-def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, cleanup) -> LaunchSpec:
+def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, cleanup, watcher, sh) -> LaunchSpec:
     """Host rules: `runc create`, the proxy's listener, `runc start` (see the module text).
 
     The core starts `runc create` (``argv``). ``launched`` waits for it to exit: the
@@ -423,6 +435,12 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
                 abort_here()
                 return 0
             _adopt(child)
+            try:
+                watcher.start(sh, base_argv + ["delete", "--force", cid], env)
+            except OSError as e:
+                refused.append(_watcher_refusal(e))
+                abort_here()
+                return 0
             proxy.listen_in(joiner, os.getpid(), child)
             return child
         except BaseException as e:  # noqa: BLE001 - every failure refuses the run
@@ -529,7 +547,8 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
 
     return LaunchSpec(argv + ["create", "--bundle", bundle, "--pid-file", pid_file, cid], env, pass_fds=[log_w],
                       exec_is_command=False, started=lambda: started[0],
-                      setup_failed=setup_failed, command_status=command_status, cleanups=[cleanup, end_container],
+                      setup_failed=setup_failed, command_status=command_status,
+                      cleanups=[cleanup, watcher.finish, end_container],
                       own_pgrp=True, deliver=deliver, launched=launched, release=release)
 
 
@@ -545,6 +564,11 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     if not found:
         raise Refusal(f"no runc that sbxc may start: {why}" if why else
                       "runc is not installed (not in the system program folders on PATH)", _RUNC_FIX)
+    sh, why = host_program("sh", ctx.environ)  # the watcher's (oci_watch)
+    if not sh:
+        raise Refusal(f"no sh that sbxc may start: {why}" if why else
+                      "sh is not installed (not in the system program folders on PATH)",
+                      "install a shell in /usr/bin or /bin (apt install dash)")
     if net == "hosts":
         proxy = getattr(ctx, "proxy", None)
         if proxy is None or not proxy.in_sandbox:
@@ -565,9 +589,11 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     # (sticky: no one else can replace the folder). Its own folder is 0700 and locked.
     # The bundles have a folder of their own there (layout.RUNS_SUBDIR): reaping stale ones
     # lists it on every run, and the plans folder holds hundreds of entries.
+    # Only there may the reaper end the containers of stale bundles: no sandbox writes the
+    # state runc keeps in them (rundirs._end_containers).
     base = _runs_dir(ctx.plans_dir) or "/tmp"
     try:
-        bundle, lock_fd = make_run_dir(base)
+        bundle, lock_fd = make_run_dir(base, containers=base != "/tmp")
     except (PermissionError, FileNotFoundError):
         base = "/tmp"
         bundle, lock_fd = make_run_dir(base)
@@ -628,7 +654,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
             os.close(os.open(bundle + "/" + EMPTY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444))
         if net == "hosts":
             # runc create, then start (_split_run): the config as a file, written now.
-            text = dumps(_config(planfile, cmd, env, ctx, shared))
+            text = dumps(_config(planfile, cmd, env, ctx, shared, bundle))
             fd = os.open(bundle + "/config.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             with open(fd, "w", encoding="utf-8") as f:
                 f.write(text)
@@ -650,15 +676,17 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         raise
 
     pid_file = bundle + "/pid"
-    cid = CONTAINER_PREFIX + bundle.rsplit("-", 1)[-1]
+    cid = container_id(bundle.rpartition("/")[2])
     # runc's state root is the bundle itself: runc makes a folder named by the container id
     # there and removes it when the run ends, so no state folder of sbxc's is needed.
     argv = [found, "--root", bundle, "--log", f"/proc/self/fd/{log_w}", "--log-format", "text"]
     rootless = [] if ctx.is_root else ["--rootless", "true"]
     argv += rootless
+    # Ends the container if sbxc itself ends without ending the run (oci_watch).
+    watcher = Watcher()
     if net == "hosts":
         base_argv = [found, "--root", bundle, "--log", "/proc/self/fd/2", "--log-format", "text"] + rootless
-        return _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, cleanup)
+        return _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, cleanup, watcher, sh)
     argv += ["run", "--bundle", bundle, "--pid-file", pid_file, cid]
 
     read_log = _log_reader(log_r)
@@ -669,7 +697,12 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         # runc runs and waits for its config: it is made now, while runc starts.
         gate.pid = pid
         try:
-            text[0] = dumps(_config(planfile, cmd, env, ctx, shared)).encode("utf-8")
+            watcher.start(sh, [found, "--root", bundle, *rootless, "delete", "--force", cid], env)
+        except OSError as e:
+            refused.append(_watcher_refusal(e))  # never released: runc reads end of file
+            return
+        try:
+            text[0] = dumps(_config(planfile, cmd, env, ctx, shared, bundle)).encode("utf-8")
         except Refusal as r:
             refused.append(r)
         except Exception as e:  # a damaged plan: refused, never run half-configured
@@ -750,5 +783,6 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
 
         setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))
     return LaunchSpec(argv, env, pass_fds=[log_w], exec_is_command=False, child_setup=setup, started=started,
-                      setup_failed=setup_failed, command_status=command_status, cleanups=[cleanup], own_pgrp=True,
+                      setup_failed=setup_failed, command_status=command_status, cleanups=[cleanup, watcher.finish],
+                      own_pgrp=True,
                       deliver=deliver, launched=launched, release=release)

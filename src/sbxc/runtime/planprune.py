@@ -111,7 +111,8 @@ def _reap_bundles_here(dir_fd: int) -> int:
     from ..layout import RUN_DIR_PREFIX
     from .rundirs import reap
 
-    return len(reap(dir_fd, RUN_DIR_PREFIX, os.geteuid(), name_len=len(RUN_DIR_PREFIX) + 16)[0])
+    # The plans folder: no sandbox can write it, so a container's state there is runc's.
+    return len(reap(dir_fd, RUN_DIR_PREFIX, os.geteuid(), name_len=len(RUN_DIR_PREFIX) + 16, containers=True)[0])
 
 
 class Summary:

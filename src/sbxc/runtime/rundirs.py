@@ -21,14 +21,17 @@ _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def reap(base_fd: int, prefix: str, uid: int, *, now: float | None = None, name_len: int = 0,
-         remove: bool = True) -> tuple[list, list]:
+         remove: bool = True, containers: bool = False) -> tuple[list, list]:
     """This user's folders in ``base_fd`` whose names start with ``prefix`` (and are
     ``name_len`` long, when given), that no run holds and that are older than
     STALE_AFTER: ``(names, errors)``. With ``remove`` each is deleted while its lock is
     held (a run starting meanwhile makes a new name, and no second reaper takes it);
     ``errors`` holds an OSError per folder that could not be removed entirely. Without,
     they are only listed. Entries that are links, files or someone else's are never
-    touched."""
+    touched. ``containers``: the folders are OCI bundles in a folder no sandbox can write
+    (the plans folder's): a container left in one is deleted first (``_end_containers``).
+    Never for a folder a sandboxed command may have written (Landlock's stand-ins, /tmp):
+    runc would act on a state file the command planted."""
     import fcntl
     import time
 
@@ -62,7 +65,8 @@ def reap(base_fd: int, prefix: str, uid: int, *, now: float | None = None, name_
                 continue  # a running sbxc holds it
             if remove:
                 _end_fifo_waits(fd)
-                _end_containers(fd)
+                if containers:
+                    _end_containers(fd, name)
                 try:
                     remove_tree(base_fd, name)
                 except OSError as e:
@@ -74,25 +78,28 @@ def reap(base_fd: int, prefix: str, uid: int, *, now: float | None = None, name_
     return found, errors
 
 
-def reap_run_dirs(base: str, now: float | None = None) -> int:
-    """Remove the stale per-run folders in ``base`` (best effort); how many were removed."""
+def reap_run_dirs(base: str, now: float | None = None, containers: bool = False) -> int:
+    """Remove the stale per-run folders in ``base`` (best effort); how many were removed.
+    ``containers``: as for ``reap``."""
     try:
         base_fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return 0
     try:
-        return len(reap(base_fd, RUN_DIR_PREFIX, os.geteuid(), now=now, name_len=len(RUN_DIR_PREFIX) + 16)[0])
+        return len(reap(base_fd, RUN_DIR_PREFIX, os.geteuid(), now=now, name_len=len(RUN_DIR_PREFIX) + 16,
+                        containers=containers)[0])
     finally:
         os.close(base_fd)
 
 
-def make_run_dir(base: str) -> tuple[str, int]:
+def make_run_dir(base: str, containers: bool = False) -> tuple[str, int]:
     """A fresh 0700 per-run folder with a random name in ``base``, opened and checked
     without following symlinks (``base`` may be shared, e.g. /tmp), and locked for as long
-    as the returned descriptor stays open. Stale ones in ``base`` are reaped first."""
+    as the returned descriptor stays open. Stale ones in ``base`` are reaped first
+    (``containers``: as for ``reap``)."""
     import fcntl
 
-    reap_run_dirs(base)
+    reap_run_dirs(base, containers=containers)
     for _ in range(16):
         name = RUN_DIR_PREFIX + os.urandom(8).hex()
         path = base.rstrip("/") + "/" + name
@@ -147,36 +154,53 @@ def _end_fifo_waits(dir_fd: int) -> None:
 
 
 CONTAINER_PREFIX = "sbxc-"
-"""The ids sbxc gives its runc containers (``oci_run``): ``sbxc-`` and the bundle's suffix."""
+"""The id sbxc gives a run's runc container (``oci_run``): this and the bundle folder's
+16 hex digits."""
+_MAX_STATE = 4 << 20
 
 
-def _end_containers(dir_fd: int) -> None:
-    """A stale OCI bundle can hold a container that never started: its run's sbxc was
-    killed (SIGKILL) between `runc create` and `runc start` (host rules). Its first process
-    then waits on runc's exec fifo for good, and as root runc made a cgroup for it. The
+def container_id(folder_name: str) -> str:
+    """The container id of the bundle folder ``folder_name`` (``sbxc-run-<16 hex>``)."""
+    return CONTAINER_PREFIX + folder_name[len(RUN_DIR_PREFIX):]
+
+
+def _end_containers(dir_fd: int, name: str) -> None:
+    """A stale OCI bundle (``name``, in the plans folder's ``runs`` folder, which no sandbox
+    can write) can hold a container whose sbxc and watcher were both killed (SIGKILL to
+    their process group) before the run ended: its first process waits on runc's exec
+    fifo, or the command runs on, unsupervised; as root runc made a cgroup for it. The
     bundle is runc's ``--root``, so the container's state is ``<id>/state.json`` in it:
-    `runc delete --force <id>` ends that process and removes the cgroup, before the folder
-    goes. Only for entries named as sbxc names its containers, with a state file; runc
-    from the system program folders only (``probe.host_program``). Best effort: a runc that
-    cannot be found or fails leaves the process as it was before (the folder still goes)."""
+    `runc delete --force <id>` ends the process and removes the cgroup, before the folder
+    goes. Only the one id this bundle's run had, only with a state file that runc wrote
+    (a regular file of this user's, with no hooks: runc runs a state's poststop hooks on
+    delete), and runc from the system program folders only (``probe.host_program``).
+    Best effort: a runc that cannot be found, fails or hangs (5 s) leaves the process."""
     import stat
 
+    cid = container_id(name)
     try:
-        with os.scandir(dir_fd) as it:
-            names = [e.name for e in it if e.name.startswith(CONTAINER_PREFIX) and e.is_dir(follow_symlinks=False)]
+        fd = os.open(cid + "/state.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
         return
-    ids = []
-    for name in names:
-        try:
-            if stat.S_ISREG(os.stat(name + "/state.json", dir_fd=dir_fd, follow_symlinks=False).st_mode):
-                ids.append(name)
-        except OSError:
-            continue
-    if not ids:
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > _MAX_STATE:
+            return
+        data = os.read(fd, _MAX_STATE + 1)
+    except OSError:
         return
+    finally:
+        os.close(fd)
+    import json
     import subprocess
 
+    try:
+        state = json.loads(data)
+        hooks = ((state.get("config") or {}).get("Hooks") or {}) if isinstance(state, dict) else {"?": 1}
+    except (ValueError, AttributeError):
+        return
+    if any(hooks.values()) if isinstance(hooks, dict) else True:
+        return  # sbxc's configs have none
     from .probe import host_program
 
     runc = host_program("runc", os.environ)[0]
@@ -187,10 +211,8 @@ def _end_containers(dir_fd: int) -> None:
     except OSError:
         return
     rootless = ["--rootless", "true"] if os.geteuid() != 0 else []
-    for cid in ids:
-        try:
-            subprocess.run([runc, "--root", root, *rootless, "delete", "--force", cid], stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20, env=dict(os.environ))
-        except (OSError, subprocess.SubprocessError):
-            pass
-
+    try:
+        subprocess.run([runc, "--root", root, *rootless, "delete", "--force", cid], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=5, env=dict(os.environ))
+    except (OSError, subprocess.SubprocessError):
+        pass
