@@ -306,8 +306,8 @@ def test_oci_container_of_a_killed_sbxc_is_ended_by_a_later_reaper(runc, sbxc, u
         assert _cgroups(listed), listed
     reap = ("import sys, time\nfrom sbxc.runtime import rundirs\n"
             "print(rundirs.reap_run_dirs(sys.argv[1], now=time.time() + 2 * rundirs.STALE_AFTER))")
-    reap = reap.replace("rundirs.STALE_AFTER)", "rundirs.STALE_AFTER, containers=True)")
-    r = run([PYTHON, "-c", reap, os.path.dirname(rundir)], env=base_env(sbxc.home), cwd=sbxc.project)
+    reap = reap.replace("rundirs.STALE_AFTER)", "rundirs.STALE_AFTER, runc=sys.argv[2])")
+    r = run([PYTHON, "-c", reap, os.path.dirname(rundir), runc], env=base_env(sbxc.home), cwd=sbxc.project)
     assert r.rc == 0 and int(r.out.strip()) >= 1, r
     assert not os.path.exists(rundir)
     deadline = time.monotonic() + 10

@@ -593,7 +593,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     # state runc keeps in them (rundirs._end_containers).
     base = _runs_dir(ctx.plans_dir) or "/tmp"
     try:
-        bundle, lock_fd = make_run_dir(base, containers=base != "/tmp")
+        bundle, lock_fd = make_run_dir(base, runc=found if base != "/tmp" else "")
     except (PermissionError, FileNotFoundError):
         base = "/tmp"
         bundle, lock_fd = make_run_dir(base)

@@ -109,10 +109,12 @@ def _reap_bundles_here(dir_fd: int) -> int:
     the ``runs`` folder (``layout.RUNS_SUBDIR``, reaped by every OCI run): a killed run's
     would otherwise stay for good. On a miss only, as the rest of the pruning."""
     from ..layout import RUN_DIR_PREFIX
+    from .probe import host_program
     from .rundirs import reap
 
     # The plans folder: no sandbox can write it, so a container's state there is runc's.
-    return len(reap(dir_fd, RUN_DIR_PREFIX, os.geteuid(), name_len=len(RUN_DIR_PREFIX) + 16, containers=True)[0])
+    runc = host_program("runc", os.environ)[0] or ""
+    return len(reap(dir_fd, RUN_DIR_PREFIX, os.geteuid(), name_len=len(RUN_DIR_PREFIX) + 16, runc=runc)[0])
 
 
 class Summary:

@@ -21,17 +21,18 @@ _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def reap(base_fd: int, prefix: str, uid: int, *, now: float | None = None, name_len: int = 0,
-         remove: bool = True, containers: bool = False) -> tuple[list, list]:
+         remove: bool = True, runc: str = "") -> tuple[list, list]:
     """This user's folders in ``base_fd`` whose names start with ``prefix`` (and are
     ``name_len`` long, when given), that no run holds and that are older than
     STALE_AFTER: ``(names, errors)``. With ``remove`` each is deleted while its lock is
     held (a run starting meanwhile makes a new name, and no second reaper takes it);
     ``errors`` holds an OSError per folder that could not be removed entirely. Without,
     they are only listed. Entries that are links, files or someone else's are never
-    touched. ``containers``: the folders are OCI bundles in a folder no sandbox can write
-    (the plans folder's): a container left in one is deleted first (``_end_containers``).
-    Never for a folder a sandboxed command may have written (Landlock's stand-ins, /tmp):
-    runc would act on a state file the command planted."""
+    touched. ``runc`` (the path of the system's runc, found by the caller): the folders are
+    OCI bundles in a folder no sandbox can write (the plans folder's): a container left in
+    one is deleted first (``_end_containers``). Never for a folder a sandboxed command may
+    have written (Landlock's stand-ins, /tmp): runc would act on a state file the command
+    planted."""
     import fcntl
     import time
 
@@ -65,8 +66,8 @@ def reap(base_fd: int, prefix: str, uid: int, *, now: float | None = None, name_
                 continue  # a running sbxc holds it
             if remove:
                 _end_fifo_waits(fd)
-                if containers:
-                    _end_containers(fd, name)
+                if runc:
+                    _end_containers(fd, name, runc)
                 try:
                     remove_tree(base_fd, name)
                 except OSError as e:
@@ -78,28 +79,28 @@ def reap(base_fd: int, prefix: str, uid: int, *, now: float | None = None, name_
     return found, errors
 
 
-def reap_run_dirs(base: str, now: float | None = None, containers: bool = False) -> int:
+def reap_run_dirs(base: str, now: float | None = None, runc: str = "") -> int:
     """Remove the stale per-run folders in ``base`` (best effort); how many were removed.
-    ``containers``: as for ``reap``."""
+    ``runc``: as for ``reap``."""
     try:
         base_fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return 0
     try:
         return len(reap(base_fd, RUN_DIR_PREFIX, os.geteuid(), now=now, name_len=len(RUN_DIR_PREFIX) + 16,
-                        containers=containers)[0])
+                        runc=runc)[0])
     finally:
         os.close(base_fd)
 
 
-def make_run_dir(base: str, containers: bool = False) -> tuple[str, int]:
+def make_run_dir(base: str, runc: str = "") -> tuple[str, int]:
     """A fresh 0700 per-run folder with a random name in ``base``, opened and checked
     without following symlinks (``base`` may be shared, e.g. /tmp), and locked for as long
     as the returned descriptor stays open. Stale ones in ``base`` are reaped first
-    (``containers``: as for ``reap``)."""
+    (``runc``: as for ``reap``)."""
     import fcntl
 
-    reap_run_dirs(base, containers=containers)
+    reap_run_dirs(base, runc=runc)
     for _ in range(16):
         name = RUN_DIR_PREFIX + os.urandom(8).hex()
         path = base.rstrip("/") + "/" + name
@@ -164,7 +165,7 @@ def container_id(folder_name: str) -> str:
     return CONTAINER_PREFIX + folder_name[len(RUN_DIR_PREFIX):]
 
 
-def _end_containers(dir_fd: int, name: str) -> None:
+def _end_containers(dir_fd: int, name: str, runc: str) -> None:
     """A stale OCI bundle (``name``, in the plans folder's ``runs`` folder, which no sandbox
     can write) can hold a container whose sbxc and watcher were both killed (SIGKILL to
     their process group) before the run ended: its first process waits on runc's exec
@@ -173,7 +174,7 @@ def _end_containers(dir_fd: int, name: str) -> None:
     `runc delete --force <id>` ends the process and removes the cgroup, before the folder
     goes. Only the one id this bundle's run had, only with a state file that runc wrote
     (a regular file of this user's, with no hooks: runc runs a state's poststop hooks on
-    delete), and runc from the system program folders only (``probe.host_program``).
+    delete), and the caller's runc (from the system program folders, ``probe.host_program``).
     Best effort: a runc that cannot be found, fails or hangs (5 s) leaves the process."""
     import stat
 
@@ -201,11 +202,6 @@ def _end_containers(dir_fd: int, name: str) -> None:
         return
     if any(hooks.values()) if isinstance(hooks, dict) else True:
         return  # sbxc's configs have none
-    from .probe import host_program
-
-    runc = host_program("runc", os.environ)[0]
-    if not runc:
-        return
     try:
         root = os.readlink(f"/proc/self/fd/{dir_fd}")  # the folder, opened without following a link
     except OSError:
