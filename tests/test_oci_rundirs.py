@@ -33,3 +33,16 @@ def test_a_link_or_an_open_folder_is_refused(tmp_path):
     assert oci_run._runs_dir(str(plans)) == ""  # a file
     assert oci_run._runs_dir("") == ""
     assert oci_run._runs_dir(str(tmp_path / "missing")) == ""
+
+
+def test_a_state_naming_hooks_in_any_spelling_is_left_alone():
+    """runc decodes keys ignoring case: a hook under any spelling of config/hooks counts."""
+    from sbxc.runtime.rundirs import _names_hooks
+
+    assert not _names_hooks({"config": {"Hooks": {"poststop": None, "prestart": None}}})  # runc's own
+    assert not _names_hooks({"id": "x"})
+    for state in ({"config": {"Hooks": {"poststop": [{"path": "/bin/sh"}]}}},
+                  {"config": {"hooks": {"poststop": [{"path": "/bin/sh"}]}}},
+                  {"CONFIG": {"HOOKS": {"createRuntime": [{"path": "/bin/sh"}]}}},
+                  {"config": {"Hooks": ["x"]}}, {"config": "x"}):
+        assert _names_hooks(state), state

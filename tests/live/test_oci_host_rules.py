@@ -196,7 +196,7 @@ elif where == "start":
         return real(argv, env, log_w)
     oci_run._runc_call = call
 
-elif where in ("signal", "sigkill-group"):
+elif where in ("signal", "sigkill", "sigkill-group"):
     from sbxc.runtime import proxy_run
     real_listen = proxy_run.ProxyRun.listen_in
     def listen_in(self, joiner, launcher_pid, child_pid):
@@ -206,6 +206,8 @@ elif where in ("signal", "sigkill-group"):
         # (its own session here): neither sbxc nor its watcher can clean up at all.
         if where == "signal":
             os.kill(os.getpid(), signal.SIGTERM)
+        elif where == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)  # sbxc alone: its watcher stays
         else:
             os.killpg(os.getpgrp(), signal.SIGKILL)
     proxy_run.ProxyRun.listen_in = listen_in
@@ -367,7 +369,8 @@ def test_sigkill_of_sbxc_ends_its_container(runc, sbxc, upstream, kind):
                 p.kill()
                 p.wait()
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and _tagged(tag, plans):
+    # The processes go first, the cgroup right after (runc delete kills, then removes).
+    while time.monotonic() < deadline and (_tagged(tag, plans) or (cid and _cgroups(cid))):
         time.sleep(0.05)
     assert _tagged(tag, plans) == [], "the container outlived its sbxc"
     if os.geteuid() == 0:
@@ -381,3 +384,43 @@ def test_sigkill_of_sbxc_ends_its_container(runc, sbxc, upstream, kind):
     r = run([PYTHON, "-c", reap, os.path.join(plans, "runs")], env=base_env(sbxc.home), cwd=sbxc.project)
     assert r.rc == 0 and int(r.out.strip()) >= 1, r
     assert not [d for d in ours if os.path.exists(d)]
+
+
+def test_oci_sigkill_of_sbxc_before_the_start_ends_the_waiting_container(runc, sbxc, upstream):
+    """sbxc alone killed with SIGKILL between `runc create` and `runc start`: its watcher
+    deletes the container at once, so the waiting process and (as root) its cgroup go
+    within seconds, with no later run needed. The control: the waiting process was there
+    when sbxc was killed (``note`` saw it)."""
+    import time
+
+    tag = uuid.uuid4().hex
+    ppath = os.path.join(sbxc.project, "sandbox.policy.yaml")
+    with open(ppath, "w") as f:
+        f.write(_tag_policy(tag, upstream))
+    plans = _plans(sbxc.home)
+    marker = os.path.join(sbxc.project, "ran")
+    seen = os.path.join(str(sbxc.home), "seen")
+    env = base_env(sbxc.home, {"SBXC_TEST_FAULT": "sigkill", "SBXC_TEST_SEEN": seen})
+    with open(os.path.join(str(sbxc.home), "out"), "wb") as out:
+        p = subprocess.Popen([PYTHON, "-c", FAULT, "exec", "--policy", ppath, "--", "touch", marker], env=env,
+                             cwd=sbxc.project, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                             start_new_session=True)
+        assert p.wait(timeout=60) == -9
+    with open(seen) as f:
+        text = f.read()
+    found = [line.split(" ", 2) for line in text.splitlines() if not line.startswith("MARKED ")]
+    assert len(found) == 1 and "MARKED True" in text, text  # the control
+    rundir, pid, listed = found[0]
+    assert pid.isdigit(), text
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and (_tagged(tag, plans) or os.path.exists(f"/proc/{pid}")
+                                           or _cgroups(listed.strip())):
+        time.sleep(0.05)
+    assert _tagged(tag, plans) == [] and not os.path.exists(f"/proc/{pid}"), text
+    assert _cgroups(listed.strip()) == []
+    assert not os.path.exists(marker)
+    reap = ("import sys, time\nfrom sbxc.runtime import rundirs\n"
+            "print(rundirs.reap_run_dirs(sys.argv[1], now=time.time() + 2 * rundirs.STALE_AFTER))")
+    r = run([PYTHON, "-c", reap, os.path.dirname(rundir)], env=base_env(sbxc.home), cwd=sbxc.project)
+    assert r.rc == 0 and not os.path.exists(rundir), r
+

@@ -2,7 +2,8 @@
 ``sbxc.runtime.spec``).
 
 ``prepare`` makes a per-run bundle (``rundirs``: locked while the run lasts, reaped when a
-killed run left it), in the plans folder's ``runs`` folder (``_runs_dir``) or else /tmp: ``config.json`` with the run's command, environment and folder, and
+killed run left it), in the plans folder's ``runs`` folder (``_runs_dir``; a run is refused
+without it): ``config.json`` with the run's command, environment and folder, and
 runc's state (the bundle is runc's ``--root``). The empty ``rootfs`` (the plan binds the
 host's folders read-only into it: no image) and the empty file masked files are bound
 from are kept in the plans folder for every run (``_shared_parts``), or made in the
@@ -154,7 +155,7 @@ def signal_masks(pid: int) -> tuple[int, int]:
     return caught, ignored
 
 
-def _config(planfile: dict, cmd: list, env: dict, ctx, shared=None, bundle: str = "") -> dict:
+def _config(planfile: dict, cmd: list, env: dict, ctx, shared=None) -> dict:
     low = planfile.get("lowered") or {}
     config = low.get("config")
     if not isinstance(config, dict) or not isinstance(config.get("process"), dict):
@@ -184,12 +185,6 @@ def _config(planfile: dict, cmd: list, env: dict, ctx, shared=None, bundle: str 
     if plans and os.path.isdir(plans) and not os.path.islink(plans):
         mounts.append({"destination": plans, "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=0755"]})
         readonly.append(plans)
-    if bundle and not (plans and bundle.startswith(plans.rstrip("/") + "/")):
-        # A bundle in /tmp (no usable plans folder): an empty folder over it too, so that
-        # a command that sees the host's /tmp can neither read the run's config nor touch
-        # runc's state of its own container (runc delete acts on that state).
-        mounts.append({"destination": bundle, "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=0700"]})
-        readonly.append(bundle)
     linux["readonlyPaths"] = sorted(set(readonly))
     process = dict(config["process"])
     process["args"] = list(cmd)
@@ -209,9 +204,10 @@ SHARED_EMPTY = "oci-empty"
 
 def _runs_dir(plans: str) -> str:
     """The plans folder's sub-folder for bundles, made 0700 when missing; "" when there is
-    no plans folder or that entry is not a folder of this user's that only it can enter
-    (never followed when it is a link)."""
-    if not plans:
+    no plans folder, it is a link (the runs would not get the empty folder every sandbox
+    has over the plans folder), or the entry is not a folder of this user's that only it
+    can enter (never followed when it is a link)."""
+    if not plans or os.path.islink(plans) or not os.path.isdir(plans):
         return ""
     path = plans + "/" + RUNS_SUBDIR
     try:
@@ -270,9 +266,32 @@ def _shared_parts(plans: str, root_covered: bool):
     return rootfs, empty
 
 
+def _reap_runc(pid: int) -> None:
+    """Wait for ``pid`` (runc, sbxc's child, whose container was just deleted) to end: it
+    ends once its container's process is gone; SIGKILL after 5 s."""
+    import time
+
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return
+        except ChildProcessError:
+            return
+        time.sleep(0.01)
+    try:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
 def _watcher_refusal(e: OSError) -> Refusal:
-    return Refusal(f"could not start the process that ends the container with sbxc ({e.strerror or e})",
-                   "check the limit on processes (ulimit -u)")
+    import errno
+
+    fix = ("check the limit on processes (ulimit -u)" if e.errno in (errno.EAGAIN, errno.ENOMEM) else
+           "check the shell sbxc found (SBXC_SH, docs/host-programs.md; sbxc doctor)")
+    return Refusal(f"could not start the process that ends the container with sbxc ({e.strerror or e})", fix)
 
 
 def _log_reader(log_r: int):
@@ -436,7 +455,7 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
                 return 0
             _adopt(child)
             try:
-                watcher.start(sh, base_argv + ["delete", "--force", cid], env)
+                watcher.start(sh, base_argv + ["delete", "--force", cid])
             except OSError as e:
                 refused.append(_watcher_refusal(e))
                 abort_here()
@@ -566,9 +585,9 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
                       "runc is not installed (not in the system program folders on PATH)", _RUNC_FIX)
     sh, why = host_program("sh", ctx.environ)  # the watcher's (oci_watch)
     if not sh:
-        raise Refusal(f"no sh that sbxc may start: {why}" if why else
-                      "sh is not installed (not in the system program folders on PATH)",
-                      "install a shell in /usr/bin or /bin (apt install dash)")
+        raise Refusal(f"no sh that sbxc may start for the run's watcher: {why}" if why else
+                      "sh, which ends the container if sbxc is killed, is not in the system program folders on PATH",
+                      "install dash (apt install dash), or name a shell with SBXC_SH (docs/host-programs.md)")
     if net == "hosts":
         proxy = getattr(ctx, "proxy", None)
         if proxy is None or not proxy.in_sandbox:
@@ -583,26 +602,30 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         raise Refusal(f"the current folder {cwd} is not in the sandbox (policy: {access})",
                       "run sbxc from a folder the policy shows, e.g. the project")
 
-    # The bundle: in the plans folder, which no sandbox may write (every OCI and bwrap run
-    # gets an empty folder over it, Landlock refuses a policy that grants it), so no other
-    # run's command can rewrite this run's config.json before runc reads it; else /tmp
-    # (sticky: no one else can replace the folder). Its own folder is 0700 and locked.
-    # The bundles have a folder of their own there (layout.RUNS_SUBDIR): reaping stale ones
-    # lists it on every run, and the plans folder holds hundreds of entries.
-    # Only there may the reaper end the containers of stale bundles: no sandbox writes the
-    # state runc keeps in them (rundirs._end_containers).
-    base = _runs_dir(ctx.plans_dir) or "/tmp"
+    # The bundle: in the plans folder's own ``runs`` folder (layout.RUNS_SUBDIR: reaping
+    # stale ones lists it on every run, and the plans folder holds hundreds of entries),
+    # which no sandbox may write (every OCI and bwrap run gets an empty folder over the
+    # plans folder, Landlock refuses a policy that grants it). So no other run's command
+    # can rewrite this run's config.json before runc reads it, nor runc's state of the
+    # container, which `runc delete` acts on (and runs the hooks a state names). No other
+    # place is as safe (/tmp is written by other sandboxes of the same user): without it
+    # the run is refused. Its own folder is 0700 and locked; stale ones are reaped, their
+    # containers deleted first (rundirs._end_containers).
+    base = _runs_dir(ctx.plans_dir)
+    if not base:
+        raise Refusal(f"the OCI backend keeps each run's bundle in sbxc's plans folder, and "
+                      f"{one_line(ctx.plans_dir or 'none', 200)} cannot hold it (it must be a folder of yours, not a "
+                      "link, that only you can enter)", "check sbxc's cache root (SBXC_ROOT) and its plans folder")
     try:
-        bundle, lock_fd = make_run_dir(base, runc=found if base != "/tmp" else "")
-    except (PermissionError, FileNotFoundError):
-        base = "/tmp"
-        bundle, lock_fd = make_run_dir(base)
+        bundle, lock_fd = make_run_dir(base, runc=found)
+    except OSError as e:
+        raise Refusal(f"could not make the run's bundle in {one_line(base, 200)} ({e.strerror})",
+                      "check that sbxc's plans folder is writable") from None
     # The parts that are the same for every run (the empty rootfs, the empty file masks
     # bind) stay in the plans folder, so a run writes only its config.json: every folder
-    # made and removed costs a journal update on disk. Never in /tmp, which others write.
+    # made and removed costs a journal update on disk.
     first = ((planfile.get("lowered") or {}).get("config") or {}).get("mounts") or [{}]
-    shared = _shared_parts(ctx.plans_dir, first[0].get("destination") == "/" and first[0].get("type") == "bind") \
-        if base != "/tmp" else None
+    shared = _shared_parts(ctx.plans_dir, first[0].get("destination") == "/" and first[0].get("type") == "bind")
     own = [] if shared is not None and shared[0] else ["rootfs"]
     if shared is None:
         own.append(EMPTY_FILE)
@@ -654,7 +677,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
             os.close(os.open(bundle + "/" + EMPTY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444))
         if net == "hosts":
             # runc create, then start (_split_run): the config as a file, written now.
-            text = dumps(_config(planfile, cmd, env, ctx, shared, bundle))
+            text = dumps(_config(planfile, cmd, env, ctx, shared))
             fd = os.open(bundle + "/config.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             with open(fd, "w", encoding="utf-8") as f:
                 f.write(text)
@@ -697,12 +720,12 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         # runc runs and waits for its config: it is made now, while runc starts.
         gate.pid = pid
         try:
-            watcher.start(sh, [found, "--root", bundle, *rootless, "delete", "--force", cid], env)
+            watcher.start(sh, [found, "--root", bundle, *rootless, "delete", "--force", cid])
         except OSError as e:
             refused.append(_watcher_refusal(e))  # never released: runc reads end of file
             return
         try:
-            text[0] = dumps(_config(planfile, cmd, env, ctx, shared, bundle)).encode("utf-8")
+            text[0] = dumps(_config(planfile, cmd, env, ctx, shared)).encode("utf-8")
         except Refusal as r:
             refused.append(r)
         except Exception as e:  # a damaged plan: refused, never run half-configured
@@ -716,6 +739,20 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
 
     def started() -> bool:
         return os.path.exists(pid_file)
+
+    def end_watch() -> None:
+        # runc reaped by the core (the run is over) or never started: the watcher stands
+        # down. Still running (the core gave up on it, e.g. an internal error): the
+        # watcher deletes the container instead, before the bundle (its state) goes.
+        alive = False
+        if gate.pid:
+            try:
+                alive = os.waitpid(gate.pid, os.WNOHANG)[0] == 0
+            except ChildProcessError:
+                alive = False
+        watcher.finish(stand_down=not alive)
+        if alive:
+            _reap_runc(gate.pid)
 
     def setup_failed(status: int, early: str):
         if refused:
@@ -783,6 +820,6 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
 
         setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))
     return LaunchSpec(argv, env, pass_fds=[log_w], exec_is_command=False, child_setup=setup, started=started,
-                      setup_failed=setup_failed, command_status=command_status, cleanups=[cleanup, watcher.finish],
+                      setup_failed=setup_failed, command_status=command_status, cleanups=[cleanup, end_watch],
                       own_pgrp=True,
                       deliver=deliver, launched=launched, release=release)

@@ -14,9 +14,9 @@ A spawned shell, not a fork of sbxc: a forked Python process would cost sbxc a
 copy-on-write fault for every page it touches afterwards. The script's arguments are
 passed as positional parameters, never spliced into its text. Every signal is blocked
 in it (a Ctrl-C to the terminal's process group reaches sbxc, which forwards it to the
-command; the watcher must outlive sbxc), its stdout and stderr are /dev/null, and it
-inherits no other descriptor (sbxc's are close-on-exec), so it keeps no pipe, terminal
-or lock of the run open. It is sbxc's child: ``finish`` reaps it before the post-run
+command; the watcher must outlive sbxc), its stdout and stderr are /dev/null, every other
+descriptor is closed in it (also any sbxc was given without close-on-exec), and its
+environment is a fixed PATH alone, so it keeps no pipe, terminal or lock of the run open. It is sbxc's child: ``finish`` reaps it before the post-run
 checks, which count sbxc's children still running.
 """
 from ..fastos import os  # the hot path's os (sbxc.fastos)
@@ -32,34 +32,38 @@ class Watcher:
         self.pid = 0
         self._w = -1
 
-    def start(self, sh: str, delete_argv: list, env: dict) -> None:
+    def start(self, sh: str, delete_argv: list) -> None:
         """Start ``sh`` watching; ``delete_argv`` is the whole `runc ... delete --force ID`.
         OSError when it cannot be started."""
         import _signal
 
         r, w = os.pipe()  # both close-on-exec: runc and the command never get them
+        null = -1
+        old = _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())  # inherited by sh
         try:
-            pid = os.posix_spawn(sh, [sh, "-c", SCRIPT, "sh", *delete_argv], env, file_actions=[
-                (os.POSIX_SPAWN_DUP2, r, 0),
-                (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
-                (os.POSIX_SPAWN_DUP2, 1, 2),
-            ], setsigmask=_signal.valid_signals())
+            null = os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)
+            self.pid = _spawn([sh, "-c", SCRIPT, "sh", *delete_argv], r, null)
         except BaseException:
             os.close(w)
             raise
         finally:
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
             os.close(r)
-        self.pid, self._w = pid, w
+            if null >= 0:
+                os.close(null)
+        self._w = w
 
-    def finish(self) -> None:
-        """The run ended as sbxc meant: the watcher exits without touching the container.
-        Reaped here, so it is never taken for a process the command left."""
+    def finish(self, stand_down: bool = True) -> None:
+        """``stand_down``: the run ended as sbxc meant, the watcher exits without touching
+        the container. Else it deletes the container now, as if sbxc were gone. Reaped
+        here either way, so it is never taken for a process the command left."""
         w, self._w = self._w, -1
         if w >= 0:
-            try:
-                os.write(w, DONE)
-            except OSError:
-                pass
+            if stand_down:
+                try:
+                    os.write(w, DONE)
+                except OSError:
+                    pass
             os.close(w)
         pid, self.pid = self.pid, 0
         if pid:
@@ -67,3 +71,63 @@ class Watcher:
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
+
+
+ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+"""The watcher's whole environment: neither the command's nor sbxc's (runc is named by path)."""
+
+
+def _spawn(argv: list, stdin: int, null: int) -> int:
+    """``argv`` started with ``stdin`` as its standard input, /dev/null as its output, and
+    no other descriptor (every other one is closed in the child, as the core's spawn does:
+    sbxc may have been given descriptors without close-on-exec). OSError when it failed."""
+    env = [k.encode() + b"=" + v.encode() for k, v in ENV.items()]
+    r, w = os.pipe()
+    try:
+        try:
+            from _posixsubprocess import fork_exec
+
+            # The argument list of Python 3.11-3.13's private function (as supervise._spawn).
+            pid = fork_exec(list(argv), [os.fsencode(argv[0])], True, (), None, env, stdin, -1, -1, null, -1, null,
+                            r, w, True, False, -1, None, None, None, -1, None, True)
+        except (ImportError, TypeError):
+            closes = [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable(stdin, null)]
+            pid = os.posix_spawn(argv[0], list(argv), ENV, file_actions=[
+                *closes, (os.POSIX_SPAWN_DUP2, stdin, 0), (os.POSIX_SPAWN_DUP2, null, 1),
+                (os.POSIX_SPAWN_DUP2, null, 2)])
+            return pid
+        os.close(w)
+        w = -1
+        failed = os.read(r, 256)  # end of file: the exec worked
+        if failed:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+            code = failed.split(b":")[1] if failed.count(b":") >= 1 else b""
+            try:
+                errno_ = int(code, 16)
+            except ValueError:
+                errno_ = 0
+            raise OSError(errno_, os.strerror(errno_) if errno_ else "could not start it")
+        return pid
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+
+
+def _inheritable(*keep: int) -> list:
+    """This process's descriptors above stdio that an exec would pass on, but ``keep``."""
+    out = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd <= 2 or fd in keep:
+            continue
+        try:
+            if os.get_inheritable(fd):
+                out.append(fd)
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+    return out
+

@@ -197,10 +197,9 @@ def _end_containers(dir_fd: int, name: str, runc: str) -> None:
 
     try:
         state = json.loads(data)
-        hooks = ((state.get("config") or {}).get("Hooks") or {}) if isinstance(state, dict) else {"?": 1}
-    except (ValueError, AttributeError):
+    except ValueError:
         return
-    if any(hooks.values()) if isinstance(hooks, dict) else True:
+    if not isinstance(state, dict) or _names_hooks(state):
         return  # sbxc's configs have none
     try:
         root = os.readlink(f"/proc/self/fd/{dir_fd}")  # the folder, opened without following a link
@@ -212,3 +211,18 @@ def _end_containers(dir_fd: int, name: str, runc: str) -> None:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=5, env=dict(os.environ))
     except (OSError, subprocess.SubprocessError):
         pass
+
+
+def _names_hooks(state: dict) -> bool:
+    """Whether a runc state names any hook. runc (Go's encoding/json) matches a key to its
+    field ignoring case, so every spelling of ``config`` and ``hooks`` counts."""
+    for key, config in state.items():
+        if isinstance(key, str) and key.lower() == "config":
+            if not isinstance(config, dict):
+                return True
+            for name, hooks in config.items():
+                if isinstance(name, str) and name.lower() == "hooks":
+                    if not isinstance(hooks, dict) or any(hooks.values()):
+                        return True
+    return False
+
