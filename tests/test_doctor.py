@@ -333,3 +333,14 @@ def test_wide_mode_fix_does_not_tell_to_chmod_a_foreign_folder(tmp_path):
         assert "if it is a folder of sbxc's own" in text and "set cache.root" in text
     else:
         raise AssertionError("a 0755 root passed the checks")
+
+
+def test_runc_line_says_when_the_watchers_sh_is_missing(tmp_path):
+    """OCI runs need sh for their watcher: a PATH whose system folders hold runc but no sh
+    makes doctor say that OCI runs are refused. Control: the real PATH has one."""
+    runc = probe.host_program("runc", os.environ)[0]
+    assert runc
+    env = {"PATH": os.path.dirname(runc), "SBXC_SH": str(tmp_path / "no-such-sh")}
+    line = doctor.runc_line(env)
+    assert line.startswith(f"  runc: {runc}") and "no sh that sbxc may start" in line and "refused" in line, line
+    assert "no sh" not in doctor.runc_line(os.environ)

@@ -108,7 +108,13 @@ def runc_line(environ) -> str:
         version = (out.splitlines() or ["unknown"])[0].removeprefix("runc version ").strip()
     except (OSError, subprocess.SubprocessError):
         version = "unknown (runc --version failed)"
-    return f"  runc: {path}, version {version} (--backend oci; as a user it runs rootless)"
+    line = f"  runc: {path}, version {version} (--backend oci; as a user it runs rootless)"
+    sh, note = probe.host_program("sh", environ)
+    if not sh:
+        # Each OCI run's watcher (runtime/oci_watch): without it the runner refuses.
+        why = one_line(note, 300) if note else "not found in the system program folders on PATH"
+        line += f"; no sh that sbxc may start for its watcher: {why}, so OCI runs are refused (install dash)"
+    return line
 
 
 def _kib(nbytes: int) -> int:
