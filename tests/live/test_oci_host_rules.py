@@ -64,6 +64,16 @@ def _tagged(*marks: str) -> list:
     return found
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process: a zombie is not (an ended process reparented to a
+    subreaper that does not reap it, such as a test runner, stays one)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
 def _cgroups(cid: str) -> list:
     """Cgroup folders named after the container (runc makes them as root)."""
     found = []
@@ -413,10 +423,9 @@ def test_oci_sigkill_of_sbxc_before_the_start_ends_the_waiting_container(runc, s
     rundir, pid, listed = found[0]
     assert pid.isdigit(), text
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and (_tagged(tag, plans) or os.path.exists(f"/proc/{pid}")
-                                           or _cgroups(listed.strip())):
+    while time.monotonic() < deadline and (_tagged(tag, plans) or _running(int(pid)) or _cgroups(listed.strip())):
         time.sleep(0.05)
-    assert _tagged(tag, plans) == [] and not os.path.exists(f"/proc/{pid}"), text
+    assert _tagged(tag, plans) == [] and not _running(int(pid)), text
     assert _cgroups(listed.strip()) == []
     assert not os.path.exists(marker)
     reap = ("import sys, time\nfrom sbxc.runtime import rundirs\n"
