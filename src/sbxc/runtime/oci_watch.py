@@ -5,7 +5,8 @@ bwrap has ``--die-with-parent``; runc has nothing like it. An sbxc killed with S
 command running, unsupervised, with no post-run checks. So every OCI run starts a
 watcher once runc was started: the system's ``sh`` running a one-line script, whose
 standard input is the read end of a pipe that only sbxc holds the write end of. sbxc
-ending its run writes ``done`` and a newline (``Watcher.finish``): the script exits. Any
+ending its run stops it (``Watcher.finish``: SIGKILL while sbxc still holds the pipe, so
+the script cannot be past its read; ``done`` written as well). Any
 other end of sbxc closes the pipe with nothing written: the script execs
 ``runc delete --force ID`` for the run's container (runc checks that the container's
 process is the one it started, kills it, and removes its cgroup and state).
@@ -58,14 +59,22 @@ class Watcher:
         the container. Else it deletes the container now, as if sbxc were gone. Reaped
         here either way, so it is never taken for a process the command left."""
         w, self._w = self._w, -1
+        pid, self.pid = self.pid, 0
+        if stand_down and pid and w >= 0:
+            # Ended, not asked: while sbxc holds the pipe open the script cannot have got
+            # past its read, so SIGKILL stops it before anything, at once (a short run
+            # would otherwise wait for the shell's own start to hear "done").
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
         if w >= 0:
             if stand_down:
                 try:
-                    os.write(w, DONE)
+                    os.write(w, DONE)  # the kill failed: the script still hears it
                 except OSError:
                     pass
             os.close(w)
-        pid, self.pid = self.pid, 0
         if pid:
             try:
                 os.waitpid(pid, 0)
