@@ -1,7 +1,7 @@
 """Start-up cost of ``sbxc exec --backend oci`` with a cached plan, beside ``runc run`` of
 the same bundle made by hand and ``sbxc exec --backend bwrap``.
 
-    .venv/bin/python bench/oci.py [--runs 100] [--sbxc PATH]
+    .venv/bin/python bench/oci.py [--runs 100] [--sbxc PATH] [--against SBXC]
 
 Through the command a user runs after scripts/setup (the venv's ``bin/sbxc`` launcher).
 The bundle for raw runc is the one ``sbxc compile --backend oci -o DIR`` writes for the
@@ -9,7 +9,10 @@ benchmark's project, with ``/bin/true`` as its command: the same mounts, masks, 
 and seccomp profile sbxc's runner hands runc (sbxc adds the run's environment and a mount
 over its plans folder). Each variant runs ``/bin/true``; one warm-up each (the first
 compiles and caches the plan), then the rounds, alternating so that drift hits every
-variant alike. As a user, runc runs rootless in both (``--rootless true``).
+variant alike. As a user, runc runs rootless in both (``--rootless true``). With
+``--against SBXC`` the same OCI run through another launcher (an older checkout's
+``bin/sbxc``, set up with scripts/setup) joins the alternation, so a change is measured
+beside the code before it.
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--sbxc", default="", help="the launcher (default: this venv's bin/sbxc)")
+    ap.add_argument("--against", default="", metavar="SBXC",
+                    help="another sbxc launcher (e.g. an older checkout's) whose OCI run joins the alternation")
     args = ap.parse_args()
     sbxc = startup.installed_command(args.sbxc)
     cmd = "/bin/true"
@@ -69,8 +74,12 @@ def main() -> int:
             ("sbxc exec --backend oci", lambda wrap=(): startup.spawn(oci, env, cwd=project, wrap=wrap)),
             ("sbxc exec --backend bwrap", lambda wrap=(): startup.spawn(bwrap, env, cwd=project, wrap=wrap)),
         ]
+        if args.against:
+            other = [startup.installed_command(args.against), "exec", "--backend", "oci", "--", cmd]
+            variants.append(("--against: exec --backend oci",
+                             lambda wrap=(): startup.spawn(other, env, cwd=project, wrap=wrap)))
         # sbxc's run makes the project's cache folder, which the bundle binds: sbxc first.
-        for name, fn in (variants[1], variants[0], variants[2]):
+        for name, fn in (variants[1], variants[0], *variants[2:]):
             _t, status, _r, _c = fn()
             if status != 0:
                 sys.exit(f"{name} failed (status {status}): {open(log).read()[-500:] if os.path.exists(log) else ''}")
