@@ -125,8 +125,11 @@ while time.monotonic() < deadline:
             r = subprocess.run([runc, "--root", d] + ([] if os.geteuid() == 0 else ["--rootless", "true"])
                                + ["list", "-q"], capture_output=True, text=True)
             if r.stdout.strip():
-                pid = open(os.path.join(d, "pid")).read().strip()
-                groups = open(f"/proc/{pid}/cgroup").read()
+                try:  # runc lists the container a moment before it writes the pid file
+                    pid = open(os.path.join(d, "pid")).read().strip()
+                    groups = open(f"/proc/{pid}/cgroup").read()
+                except OSError:
+                    continue
                 with open(out, "w") as f:
                     f.write(d + "\n" + r.stdout.strip() + "\n" + str(r.stdout.strip() in groups) + "\n")
                 sys.exit(0)
