@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from conftest import PYTHON, base_env, run  # noqa: E402
-from test_host_rules import NETNS_PROBE, client, policy, upstream  # noqa: E402,F401 (upstream: a fixture)
+from test_host_rules import policy, proxy_is_the_only_way_out, upstream  # noqa: E402,F401 (upstream: a fixture)
 
 pytestmark = pytest.mark.live
 
@@ -96,20 +96,7 @@ def test_oci_the_proxy_listens_inside_and_nothing_else_is_reachable(runc, sbxc, 
     """The container's network namespace has `lo` alone, the proxy's port is its only
     listener, and the test's server on the host's loopback is reachable only through the
     proxy. Control: the same probe unsandboxed connects directly."""
-    path = os.path.join(sbxc.project, "netns_probe.py")
-    with open(path, "w") as f:
-        f.write(NETNS_PROBE)
-    r = sbxc(policy("oci", f"allow 127.0.0.1:{upstream}"), sys.executable, "-I", path, str(upstream))
-    assert r.rc == 0, r
-    assert "IFACES ['lo']" in r.out, r
-    assert "LISTEN ['0100007F:0C38']" in r.out, r  # 127.0.0.1:3128, the proxy's port inside
-    for host in ("127.0.0.1", "127.0.0.2", "::1"):
-        assert f"DIRECT {host} refused" in r.out, r
-    r = client(sbxc, "oci", [f"allow 127.0.0.1:{upstream}"], "get", f"http://127.0.0.1:{upstream}/")
-    assert r.rc == 0 and "STATUS 200 hello from upstream" in r.out, r
-    out = subprocess.run([sys.executable, "-I", path, str(upstream)], capture_output=True, text=True,
-                         timeout=30).stdout
-    assert "DIRECT 127.0.0.1 connected" in out, out
+    proxy_is_the_only_way_out(sbxc, "oci", upstream)
 
 
 WATCH = r"""
@@ -281,23 +268,32 @@ def test_oci_failure_before_the_start_leaves_nothing(runc, sbxc, upstream, where
     assert r.rc == 0 and os.path.exists(marker), r
 
 
-def test_oci_container_of_a_killed_sbxc_is_ended_by_a_later_reaper(runc, sbxc, upstream):
-    """sbxc and its watcher killed with SIGKILL (their whole process group) between `runc
-    create` and `runc start` can clean up nothing: the container's first process waits on
-    runc's exec fifo, in a bundle nobody holds any more (the control: it is still there, as
-    root with its cgroup). A later run's reaper of stale per-run folders (simulated at a
-    time past STALE_AFTER) deletes the container through runc before it removes the
-    folder: the process and the cgroup go."""
+REAP = ("import sys, time\nfrom sbxc.runtime import rundirs\n"
+        "print(rundirs.reap_run_dirs(sys.argv[1], now=time.time() + 2 * rundirs.STALE_AFTER, runc=sys.argv[2]))")
+
+
+def _reap_later(sbxc, folder: str, runc: str = "") -> int:
+    """What a later run's reaper (past STALE_AFTER) does in ``folder``, in a process of the
+    run's environment; ``runc``: also ending the containers of stale bundles. How many
+    folders it removed."""
+    r = run([PYTHON, "-c", REAP, folder, runc], env=base_env(sbxc.home), cwd=sbxc.project)
+    assert r.rc == 0, r
+    return int(r.out.strip())
+
+
+def _killed_before_start(sbxc, upstream, fault: str):
+    """A run with host rules whose sbxc is killed (``fault``: ``sigkill`` for sbxc alone,
+    ``sigkill-group`` for its whole process group, in a session of its own) while the
+    container waits before `runc start`. Output goes to a file, and only sbxc itself is
+    waited for: the waiting process keeps the stdio it was given, so pipes would never
+    reach end of file. Returns (tag, plans, marker, what ``note`` saw, (folder, pid, id))."""
     tag = uuid.uuid4().hex
     ppath = os.path.join(sbxc.project, "sandbox.policy.yaml")
     with open(ppath, "w") as f:
         f.write(_tag_policy(tag, upstream))
-    plans = _plans(sbxc.home)
     marker = os.path.join(sbxc.project, "ran")
     seen = os.path.join(str(sbxc.home), "seen")
-    env = base_env(sbxc.home, {"SBXC_TEST_FAULT": "sigkill-group", "SBXC_TEST_SEEN": seen})
-    # Output to a file, and only sbxc itself waited for: the waiting process keeps the
-    # stdio it was given, so pipes would never reach end of file.
+    env = base_env(sbxc.home, {"SBXC_TEST_FAULT": fault, "SBXC_TEST_SEEN": seen})
     with open(os.path.join(str(sbxc.home), "out"), "wb") as out:
         p = subprocess.Popen([PYTHON, "-c", FAULT, "exec", "--policy", ppath, "--", "touch", marker], env=env,
                              cwd=sbxc.project, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
@@ -307,9 +303,20 @@ def test_oci_container_of_a_killed_sbxc_is_ended_by_a_later_reaper(runc, sbxc, u
     with open(seen) as f:
         text = f.read()
     found = [line.split(" ", 2) for line in text.splitlines() if not line.startswith("MARKED ")]
-    assert len(found) == 1 and "MARKED True" in text, text
+    assert len(found) == 1 and "MARKED True" in text, text  # the control: the container waited
     rundir, pid, listed = found[0]
-    listed = listed.strip()
+    assert pid.isdigit(), text
+    return tag, _plans(sbxc.home), marker, text, (rundir, pid, listed.strip())
+
+
+def test_oci_container_of_a_killed_sbxc_is_ended_by_a_later_reaper(runc, sbxc, upstream):
+    """sbxc and its watcher killed with SIGKILL (their whole process group) between `runc
+    create` and `runc start` can clean up nothing: the container's first process waits on
+    runc's exec fifo, in a bundle nobody holds any more (the control: it is still there, as
+    root with its cgroup). A later run's reaper of stale per-run folders (simulated at a
+    time past STALE_AFTER) deletes the container through runc before it removes the
+    folder: the process and the cgroup go."""
+    tag, plans, marker, text, (rundir, pid, listed) = _killed_before_start(sbxc, upstream, "sigkill-group")
     import time
 
     deadline = time.monotonic() + 10
@@ -319,11 +326,7 @@ def test_oci_container_of_a_killed_sbxc_is_ended_by_a_later_reaper(runc, sbxc, u
     assert os.path.isdir(rundir)
     if os.geteuid() == 0:
         assert _cgroups(listed), listed
-    reap = ("import sys, time\nfrom sbxc.runtime import rundirs\n"
-            "print(rundirs.reap_run_dirs(sys.argv[1], now=time.time() + 2 * rundirs.STALE_AFTER))")
-    reap = reap.replace("rundirs.STALE_AFTER)", "rundirs.STALE_AFTER, runc=sys.argv[2])")
-    r = run([PYTHON, "-c", reap, os.path.dirname(rundir), runc], env=base_env(sbxc.home), cwd=sbxc.project)
-    assert r.rc == 0 and int(r.out.strip()) >= 1, r
+    assert _reap_later(sbxc, os.path.dirname(rundir), runc) >= 1
     assert not os.path.exists(rundir)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and _tagged(tag, plans):
@@ -390,12 +393,9 @@ def test_sigkill_of_sbxc_ends_its_container(runc, sbxc, upstream, kind):
         assert cid and _cgroups(cid) == [], cid
     # The killed run's folder is a later run's to reap once stale; the tests after this
     # one expect a plans folder without run folders.
-    reap = ("import sys, time\nfrom sbxc.runtime import rundirs\n"
-            "print(rundirs.reap_run_dirs(sys.argv[1], now=time.time() + 2 * rundirs.STALE_AFTER))")
     ours = set(_run_dirs(plans)) - before
     assert len(ours) == 1, ours  # left by the killed sbxc
-    r = run([PYTHON, "-c", reap, os.path.join(plans, "runs")], env=base_env(sbxc.home), cwd=sbxc.project)
-    assert r.rc == 0 and int(r.out.strip()) >= 1, r
+    assert _reap_later(sbxc, os.path.join(plans, "runs")) >= 1
     assert not [d for d in ours if os.path.exists(d)]
 
 
@@ -406,33 +406,13 @@ def test_oci_sigkill_of_sbxc_before_the_start_ends_the_waiting_container(runc, s
     when sbxc was killed (``note`` saw it)."""
     import time
 
-    tag = uuid.uuid4().hex
-    ppath = os.path.join(sbxc.project, "sandbox.policy.yaml")
-    with open(ppath, "w") as f:
-        f.write(_tag_policy(tag, upstream))
-    plans = _plans(sbxc.home)
-    marker = os.path.join(sbxc.project, "ran")
-    seen = os.path.join(str(sbxc.home), "seen")
-    env = base_env(sbxc.home, {"SBXC_TEST_FAULT": "sigkill", "SBXC_TEST_SEEN": seen})
-    with open(os.path.join(str(sbxc.home), "out"), "wb") as out:
-        p = subprocess.Popen([PYTHON, "-c", FAULT, "exec", "--policy", ppath, "--", "touch", marker], env=env,
-                             cwd=sbxc.project, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                             start_new_session=True)
-        assert p.wait(timeout=60) == -9
-    with open(seen) as f:
-        text = f.read()
-    found = [line.split(" ", 2) for line in text.splitlines() if not line.startswith("MARKED ")]
-    assert len(found) == 1 and "MARKED True" in text, text  # the control
-    rundir, pid, listed = found[0]
-    assert pid.isdigit(), text
+    tag, plans, marker, text, (rundir, pid, listed) = _killed_before_start(sbxc, upstream, "sigkill")
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and (_tagged(tag, plans) or _running(int(pid)) or _cgroups(listed.strip())):
+    while time.monotonic() < deadline and (_tagged(tag, plans) or _running(int(pid)) or _cgroups(listed)):
         time.sleep(0.05)
     assert _tagged(tag, plans) == [] and not _running(int(pid)), text
-    assert _cgroups(listed.strip()) == []
+    assert _cgroups(listed) == []
     assert not os.path.exists(marker)
-    reap = ("import sys, time\nfrom sbxc.runtime import rundirs\n"
-            "print(rundirs.reap_run_dirs(sys.argv[1], now=time.time() + 2 * rundirs.STALE_AFTER))")
-    r = run([PYTHON, "-c", reap, os.path.dirname(rundir)], env=base_env(sbxc.home), cwd=sbxc.project)
-    assert r.rc == 0 and not os.path.exists(rundir), r
+    _reap_later(sbxc, os.path.dirname(rundir))
+    assert not os.path.exists(rundir)
 

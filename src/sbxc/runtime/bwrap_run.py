@@ -26,7 +26,7 @@ import sys
 
 from ..layout import BWRAP_EMPTY_FD as EMPTY_FD
 from .errors import Refusal, bwrap_failure, one_line
-from .spec import LaunchSpec
+from .spec import LaunchSpec, drain
 from .staleness import HostNow, deepest_check
 _FIONREAD = 0x541B  # asm-generic/ioctls.h; the same on x86_64 and aarch64
 _PIPE_MAX = 65536  # the default pipe buffer: the whole program must fit before bwrap reads
@@ -180,16 +180,9 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     info = bytearray()
 
     def read_info() -> bytes:
-        # Non-blocking: also called from a signal handler. sbxc holds a write end too,
-        # so the pipe never reports end of file.
-        try:
-            while len(info) < 65536:
-                chunk = os.read(info_r, 4096)
-                if not chunk:
-                    break
-                info.extend(chunk)
-        except BlockingIOError:
-            pass
+        # Also called from a signal handler. sbxc holds a write end too, so the pipe never
+        # reports end of file.
+        drain(info_r, info, 65536, 4096)
         return bytes(info)
 
     def reported(key: bytes):

@@ -40,7 +40,7 @@ from ..layout import RUNS_SUBDIR
 from .errors import Refusal, one_line
 from .oci_watch import Watcher
 from .rundirs import container_id, make_run_dir
-from .spec import LaunchSpec
+from .spec import LaunchSpec, drain
 
 _RUNC_FIX = "install runc (apt install runc), or use --backend bwrap"
 
@@ -299,14 +299,7 @@ def _log_reader(log_r: int):
     log = bytearray()
 
     def read_log() -> str:
-        try:
-            while len(log) < 1 << 20:
-                chunk = os.read(log_r, 65536)
-                if not chunk:
-                    break
-                log.extend(chunk)
-        except BlockingIOError:
-            pass
+        drain(log_r, log, 1 << 20)
         return log.decode("utf-8", "replace")
 
     return read_log

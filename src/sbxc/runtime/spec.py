@@ -76,6 +76,22 @@ its workspace in the project's place, ``runtime/session_mounts``).
 docs/runtime.md has the same protocol as a table.
 """
 
+def drain(fd: int, into: bytearray, limit: int, size: int = 65536) -> None:
+    """Append to ``into`` what the non-blocking read end ``fd`` holds now, up to ``limit``
+    bytes in all: a runner's own channel from its runtime (bwrap's status, runc's log),
+    read when a decision needs it, also from a signal handler (so it never blocks)."""
+    from ..fastos import os
+
+    try:
+        while len(into) < limit:
+            chunk = os.read(fd, size)
+            if not chunk:
+                break
+            into.extend(chunk)
+    except BlockingIOError:
+        pass
+
+
 class LaunchSpec:
     __slots__ = ("argv", "env", "pass_fds", "child_setup", "exec_is_command", "started",
                  "setup_failed", "command_status", "cleanups", "own_pgrp", "signal_target", "after_exit",
