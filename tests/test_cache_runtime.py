@@ -117,17 +117,27 @@ def assert_throwaway(setup, c, problem):
     assert setup.dir == troot + "/" + os.path.basename(c["dir"])
     st = os.lstat(troot)
     assert stat.S_ISDIR(st.st_mode) and st.st_uid == UID and mode(troot) == 0o700
-    # the env, the mask and the bind all move together into the throwaway
+    # the env and the bind move together into the throwaway; the root's mask stays on the
+    # planned root (other projects' caches are in it) and the throwaway gets one too
     for k, v in setup.env:
         assert v.startswith(setup.dir + "/") and os.path.isdir(v), (k, v)
     assert setup.relocate(c["root"]) == troot
+    # (only where a mount can go: a real folder, reached through no link; a link, a file or
+    # a missing root holds no project's cache of sbxc's)
+    real = os.path.isdir(c["root"]) and os.path.realpath(c["root"]) == c["root"]
+    assert setup.root_masked == real
+    assert setup.masks(c["root"]) == ([c["root"], troot] if real else [troot])
+    assert setup.masks(c["dir"]) == [setup.dir] and setup.masks("/elsewhere") == ["/elsewhere"]
     assert setup.relocate(c["dir"]) == setup.dir
     assert setup.relocate(c["root"] + "x") == c["root"] + "x"
     # other things under the root (the plan cache, a sibling project) stay where they are
     assert setup.relocate(c["root"] + "/plans") == c["root"] + "/plans"
     assert setup.relocate(c["dir"] + "x/y") == c["dir"] + "x/y"
-    argv = ["--tmpfs", c["root"], "--bind", c["dir"], c["dir"], "--", "ls", c["dir"]]
-    assert setup.relocate_argv(argv) == ["--tmpfs", troot, "--bind", setup.dir, setup.dir, "--", "ls", c["dir"]]
+    argv = ["--tmpfs", c["root"], "--bind", c["dir"], c["dir"], "--remount-ro", c["root"], "--", "ls", c["dir"]]
+    kept = ["--tmpfs", c["root"]] if real else []
+    again = ["--remount-ro", c["root"]] if real else []
+    assert setup.relocate_argv(argv) == kept + ["--tmpfs", troot, "--bind", setup.dir, setup.dir,
+                                                *again, "--remount-ro", troot, "--", "ls", c["dir"]]
     assert os.listdir(setup.dir) and all(not os.listdir(v) for _k, v in setup.env)  # empty
     setup.cleanup()
     assert not os.path.lexists(troot)

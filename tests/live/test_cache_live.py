@@ -22,7 +22,7 @@ pytestmark = pytest.mark.live
 
 UID = os.getuid()
 SBXC = [sys.executable, "-m", "sbxc"]
-from conftest import SANDBOX_PYTHON, without_plan_warnings  # noqa: E402
+from conftest import SANDBOX_PYTHON, runc_for, without_plan_warnings  # noqa: E402
 CACHE_VARS = {v for vs in cache.TOOLS.values() for v in vs}
 NOBODY = 65534
 HOST = probe.probe_host(os.environ, full=True)
@@ -232,6 +232,44 @@ true'''
     assert os.path.basename(da) not in r.stdout  # not even its name in a listing of the root
     assert not os.path.exists(os.path.join(da, "xdg", "planted"))
     assert open(os.path.join(da, "xdg", "note")).read() == "secret-of-a\n"
+
+
+@pytest.mark.parametrize("backend", BACKENDS + [pytest.param("oci", id="oci")])
+def test_a_throwaway_cache_keeps_other_projects_caches_masked(ws, backend, request):
+    """A command can make its own project's cache folder suspect (it owns the folder: a
+    chmod), so that the next run gets a throwaway. That run must still hide the cache
+    root, which holds every other project's cache: the plan's mask stays on it and the
+    throwaway gets one of its own. Before, the mask moved to the throwaway and left the
+    root readable under `read /`."""
+    runc_for(request)
+    a = ws.project("a")
+    b = ws.project("b")
+    da, db = ws.cache_dir(a), ws.cache_dir(b)
+    r = sh(a, backend, 'echo secret-of-a > "$XDG_CACHE_HOME/note"')
+    assert r.returncode == 0, r.stderr
+    # The control: a file beside the cache root, which the same command reads.
+    beside = os.path.join(ws.path, "beside-the-root")
+    with open(beside, "w") as f:
+        f.write("readable-beside\n")
+    os.chmod(beside, 0o644)
+    probe = (f'cat {shlex.quote(da)}/xdg/note; ls -a {shlex.quote(ws.root)}; cat {shlex.quote(beside)}; '
+             'printf "cache=%s\\n" "$XDG_CACHE_HOME"')
+    r1 = sh(b, backend, probe + '; chmod 755 "$(dirname "$XDG_CACHE_HOME")" && echo WIDENED; true')
+    assert r1.returncode == 0, r1.stderr
+    if "WIDENED" not in r1.stdout:
+        # Landlock as root refuses every chmod (its seccomp rule): the host widens it instead.
+        assert backend == "landlock" and UID == 0, r1.stdout + r1.stderr
+        os.chmod(db, 0o755)
+    assert stat.S_IMODE(os.stat(db).st_mode) == 0o755
+    assert "readable-beside" in r1.stdout and "secret-of-a" not in r1.stdout, r1.stdout
+    r2 = sh(b, backend, probe)
+    assert r2.returncode == 0, r2.stderr
+    assert "throwaway" in r2.stderr and "has mode 0755" in r2.stderr, r2.stderr
+    used = [ln for ln in r2.stdout.splitlines() if ln.startswith("cache=")]
+    assert used and not used[0].startswith("cache=" + db), r2.stdout  # the throwaway was in use
+    assert "readable-beside" in r2.stdout, r2.stdout + r2.stderr  # the command could read around the root
+    assert "secret-of-a" not in r2.stdout, "another project's cache was readable: " + r2.stdout
+    assert os.path.basename(da) not in r2.stdout, "the cache root could be listed: " + r2.stdout
 
 
 # --- nothing outside the sandbox gets the variables ----------------------------------------

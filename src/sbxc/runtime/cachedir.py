@@ -28,10 +28,11 @@ cache["dir"]`` tells), then call ``cleanup``.
 When the folder passes its checks nothing is relocated: ``setup.dir`` is the planned
 folder. When it does not, ``prepare`` makes a throwaway root ``T`` (a fresh 0700 folder
 with a random name in ``/var/tmp``, or ``/tmp``) holding ``T/{project-id}``, and
-``relocate`` swaps the planned root for ``T`` in the root itself and in every path at or
-below the project folder: the ``mask`` of the root and the ``write`` of the project
-folder, the bwrap bind arguments and the environment all move together, so the sandbox sees the throwaway where the plan would
-have shown the cache, and nothing refers to the suspect folder any more. Only sbxc's
+``relocate`` swaps the planned root for ``T`` in every path at or below the project
+folder: the ``write`` of the project folder, the bwrap bind arguments and the environment
+move together, so the command finds the throwaway where its variables point and nothing
+refers to the suspect folder any more. The ``mask`` of the planned root stays, and ``T``
+gets one as well (``masks``): the planned root still holds every other project's cache. Only sbxc's
 own planned paths are relocated; the command's argv (after ``--``) is left alone.
 
 The cache variables are handed to the sandboxed command only (``setup.env``); this module
@@ -275,7 +276,7 @@ def remove_leftover_throwaways(uid: int) -> tuple[int, list]:
 class CacheSetup:
     """What ``prepare`` decided: see the module docstring for how the runtime uses it."""
 
-    __slots__ = ("dir", "warning", "cleanup", "env", "planned_root", "actual_root", "pid", "real_dir")
+    __slots__ = ("dir", "warning", "cleanup", "env", "planned_root", "actual_root", "pid", "real_dir", "root_masked")
 
     def __init__(self, dir, warning, cleanup, env, planned_root, actual_root, pid=""):
         self.dir = dir
@@ -292,6 +293,10 @@ class CacheSetup:
         self.real_dir = f"{actual_root}/{pid}" if dir and actual_root and pid else None
         """``dir`` as a real path: every folder of it was just opened without following a
         link (no ``realpath`` needed on the hot path)."""
+        self.root_masked = False
+        """With a throwaway: the planned root keeps its mask (``masks``); set by ``prepare``
+        when the root is a real folder, reached through no link (a mount on a link would
+        land on its target, or fail)."""
 
     def __iter__(self):
         return iter((self.dir, self.warning, None if self.cleanup is _noop else self.cleanup))
@@ -311,9 +316,19 @@ class CacheSetup:
             return new + path[len(old):]
         return path
 
+    def masks(self, path: str) -> list:
+        """Where a mask the plan puts on ``path`` goes: on the planned root it stays there
+        and the throwaway root gets one too. Moved, it would leave the planned root, and
+        every other project's cache in it, open to a command that may read around it
+        (``read /``): a command can make its own project folder suspect (a chmod) and so
+        get the next run a throwaway. Any other path as ``relocate`` puts it."""
+        new = self.relocate(path)
+        return [path, new] if new != path and path == self.planned_root and self.root_masked else [new]
+
     def relocate_argv(self, argv) -> list:
-        """bwrap argv with sbxc's own path arguments relocated; the command after the
-        first ``--`` is the user's and stays as it is."""
+        """bwrap argv with sbxc's own path arguments relocated, the root's mask kept and
+        doubled (``masks``); the command after the first ``--`` is the user's and stays as
+        it is."""
         out = []
         it = iter(argv)
         for a in it:
@@ -321,8 +336,21 @@ class CacheSetup:
                 out.append(a)
                 out.extend(it)
                 break
+            if a in _MASK_OPTIONS:
+                target = next(it, None)
+                if not isinstance(target, str):
+                    out += [a] if target is None else [a, target]
+                    continue
+                for where in self.masks(target):
+                    out += [a, where]
+                continue
             out.append(self.relocate(a) if isinstance(a, str) else a)
         return out
+
+
+_MASK_OPTIONS = ("--tmpfs", "--remount-ro")
+"""bwrap's options that take one path and mask it (a folder's mask is an empty tmpfs, made
+read-only once the binds inside it are made)."""
 
 
 def _noop() -> None:
@@ -364,6 +392,7 @@ def prepare(cache: dict, project: str = "", uid: int | None = None) -> CacheSetu
             raise CacheRefused(f"{problem}, and cache.required is set", fix) from None
         base, name, troot, lock_fd = _make_throwaway(uid, pid, _subdirs(cache))
         setup = CacheSetup(f"{troot}/{pid}", None, None, env, root, troot, pid)
+        setup.root_masked = os.path.isdir(root) and os.path.realpath(root) == root
         setup.env = [(k, setup.relocate(v)) for k, v in env]
         setup.warning = one_line(f"sbxc: warning: {problem}; this run uses an empty throwaway cache "
                                  f"(deleted afterwards); fix: {fix}")

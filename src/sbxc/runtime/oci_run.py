@@ -160,16 +160,23 @@ def _config(planfile: dict, cmd: list, env: dict, ctx, shared=None) -> dict:
     config = low.get("config")
     if not isinstance(config, dict) or not isinstance(config.get("process"), dict):
         raise Refusal("the plan has no OCI config", "recompile the plan (sbxc compile -o PLAN)")
-    relocate = ctx.cache.relocate if ctx.cache is not None and getattr(ctx.cache, "relocate", None) else (lambda p: p)
+    cache = ctx.cache if ctx.cache is not None and getattr(ctx.cache, "relocate", None) else None
+    relocate = cache.relocate if cache is not None else (lambda p: p)
+    # A mask on the planned cache root stays there, the throwaway's root gets its own
+    # (cachedir.CacheSetup.masks): only a mask (no source path) is doubled.
+    masks = cache.masks if cache is not None else (lambda p: [p])
     mounts = []
     for m in config.get("mounts") or ():
         m = dict(m)
-        m["destination"] = relocate(m["destination"])
         if m.get("type") == "bind" and m.get("source", "").startswith("/"):
             m["source"] = relocate(m["source"])
-        elif shared is not None and m.get("type") == "bind" and m.get("source") == EMPTY_FILE:
+            m["destination"] = relocate(m["destination"])
+            mounts.append(m)
+            continue
+        if shared is not None and m.get("type") == "bind" and m.get("source") == EMPTY_FILE:
             m["source"] = shared[1]
-        mounts.append(m)
+        for where in masks(m["destination"]):
+            mounts.append(dict(m, destination=where))
     linux = dict(config.get("linux") or {})
     net = (planfile.get("runtime") or {}).get("network", "on")
     if net != "on" and not any(isinstance(n, dict) and n.get("type") == "network" and not n.get("path")
@@ -178,7 +185,7 @@ def _config(planfile: dict, cmd: list, env: dict, ctx, shared=None) -> dict:
         # joined by path) the command would share a network the plan does not allow.
         raise Refusal("the plan's OCI config shares a network namespace although its network setting does not",
                       "recompile the plan")
-    readonly = [relocate(p) for p in linux.get("readonlyPaths") or ()]
+    readonly = [q for p in linux.get("readonlyPaths") or () for q in masks(p)]
     # The plan cache must stay out of every sandbox's reach: an empty folder on top of it,
     # made read-only with the masks (it may sit inside one).
     plans = ctx.plans_dir
