@@ -212,6 +212,20 @@ elif where in ("signal", "sigkill", "sigkill-group"):
             os.killpg(os.getpgrp(), signal.SIGKILL)
     proxy_run.ProxyRun.listen_in = listen_in
 
+elif where == "sigkill-in-create":
+    from sbxc.runtime import supervise
+    real_spawn = supervise._spawn
+    def spawn(spec, *args):
+        pid = real_spawn(spec, *args)
+        if "create" in spec.argv:
+            # sbxc alone, right after it started `runc create`: the container is not made yet.
+            argv = list(spec.argv)
+            with open(seen, "w") as f:
+                f.write(f"{argv[argv.index('--pid-file') + 1]} {argv[-1]} {pid}\n")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return pid
+    supervise._spawn = spawn
+
 from sbxc.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -416,3 +430,47 @@ def test_oci_sigkill_of_sbxc_before_the_start_ends_the_waiting_container(runc, s
     _reap_later(sbxc, os.path.dirname(rundir))
     assert not os.path.exists(rundir)
 
+
+
+def test_oci_sigkill_of_sbxc_while_runc_creates_the_container_ends_it(runc, sbxc, upstream):
+    """sbxc alone killed with SIGKILL right after it started `runc create`, before the
+    container exists: runc goes on and makes it. The watcher, started before `runc
+    create`, waits for that runc to end (its lifeline) and then deletes the container, so
+    its waiting process and (as root) its cgroup go with no later run needed. Before, the
+    watcher was started only once `runc create` had exited, and such a container stayed.
+    The control: the container was made after sbxc's death (runc wrote its pid file, and
+    the process it names was sbxc's child's child)."""
+    import time
+
+    tag = uuid.uuid4().hex
+    ppath = os.path.join(sbxc.project, "sandbox.policy.yaml")
+    with open(ppath, "w") as f:
+        f.write(_tag_policy(tag, upstream))
+    marker = os.path.join(sbxc.project, "ran")
+    seen = os.path.join(str(sbxc.home), "seen")
+    env = base_env(sbxc.home, {"SBXC_TEST_FAULT": "sigkill-in-create", "SBXC_TEST_SEEN": seen})
+    with open(os.path.join(str(sbxc.home), "out"), "wb") as out:
+        p = subprocess.Popen([PYTHON, "-c", FAULT, "exec", "--policy", ppath, "--", "touch", marker], env=env,
+                             cwd=sbxc.project, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                             start_new_session=True)
+        assert p.wait(timeout=60) == -9
+    with open(seen) as f:
+        pid_file, cid, _create = f.read().split()
+    plans = _plans(sbxc.home)
+    deadline = time.monotonic() + 20
+    made = ""
+    while time.monotonic() < deadline and not made:
+        try:
+            with open(pid_file) as f:
+                made = f.read().strip()
+        except FileNotFoundError:
+            time.sleep(0.02)
+    assert made.isdigit(), "runc create made no container after sbxc was killed"  # the control
+    while time.monotonic() < deadline and (_running(int(made)) or _tagged(tag, plans) or _cgroups(cid)):
+        time.sleep(0.05)
+    assert not _running(int(made)), "the container made after sbxc's death was left waiting"
+    assert _tagged(tag, plans) == []
+    assert _cgroups(cid) == []
+    assert not os.path.exists(marker)
+    _reap_later(sbxc, os.path.dirname(os.path.dirname(pid_file)))
+    assert not os.path.exists(os.path.dirname(pid_file))

@@ -385,6 +385,23 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
 
     proxy = ctx.proxy
     read_log = _log_reader(log_r)
+    # The watcher before `runc create`: a container still being made when sbxc dies is
+    # deleted once that runc has ended (its lifeline, which only it holds then).
+    life_r, life_w = os.pipe()  # both close-on-exec; runc create gets life_w (pass_fds)
+    lifeline = [life_w]
+    try:
+        watcher.start(sh, base_argv + ["delete", "--force", cid], lifeline=life_r)
+    except OSError as e:
+        os.close(life_w)
+        raise _watcher_refusal(e) from None
+    finally:
+        os.close(life_r)
+
+    def drop_lifeline() -> None:
+        fd, lifeline[0] = lifeline[0], -1
+        if fd >= 0:
+            os.close(fd)
+
     init = [0]        # the container's first process, sbxc's child once runc create exited
     pidfd = [-1]      # on it, opened while it was sbxc's unreaped child
     created = [False]
@@ -438,6 +455,7 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
         abort()
 
     def launched(pid: int) -> int:
+        drop_lifeline()  # runc create holds it now: its end is the watcher's cue
         joiner = None
         try:
             joiner = proxy.joiner()  # forked now: its start-up overlaps runc's
@@ -454,12 +472,6 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
                 abort_here()
                 return 0
             _adopt(child)
-            try:
-                watcher.start(sh, base_argv + ["delete", "--force", cid])
-            except OSError as e:
-                refused.append(_watcher_refusal(e))
-                abort_here()
-                return 0
             proxy.listen_in(joiner, os.getpid(), child)
             return child
         except BaseException as e:  # noqa: BLE001 - every failure refuses the run
@@ -564,10 +576,12 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
             return 128 + emulated[0]
         return status
 
-    return LaunchSpec(argv + ["create", "--bundle", bundle, "--pid-file", pid_file, cid], env, pass_fds=[log_w],
-                      exec_is_command=False, started=lambda: started[0],
+    # Cleanups run last first: the lifeline is dropped before the watcher is ended (it waits
+    # on it when told to delete).
+    return LaunchSpec(argv + ["create", "--bundle", bundle, "--pid-file", pid_file, cid], env,
+                      pass_fds=[log_w, life_w], exec_is_command=False, started=lambda: started[0],
                       setup_failed=setup_failed, command_status=command_status,
-                      cleanups=[cleanup, watcher.finish, end_container],
+                      cleanups=[cleanup, watcher.finish, drop_lifeline, end_container],
                       own_pgrp=True, deliver=deliver, launched=launched, release=release)
 
 

@@ -9,7 +9,11 @@ ending its run stops it (``Watcher.finish``: SIGKILL while sbxc still holds the 
 the script cannot be past its read; ``done`` written as well). Any
 other end of sbxc closes the pipe with nothing written: the script execs
 ``runc delete --force ID`` for the run's container (runc checks that the container's
-process is the one it started, kills it, and removes its cgroup and state).
+process is the one it started, kills it, and removes its cgroup and state). A run with
+host rules makes its container with `runc create`, which takes a while: its watcher is
+started before it, with a lifeline (``Watcher.start``) that only that runc holds, and
+deletes only once that runc has ended, so a container that was still being made when
+sbxc died is deleted too.
 
 A spawned shell, not a fork of sbxc: a forked Python process would cost sbxc a
 copy-on-write fault for every page it touches afterwards. The script's arguments are
@@ -22,7 +26,9 @@ checks, which count sbxc's children still running.
 """
 from ..fastos import os  # the hot path's os (sbxc.fastos)
 
-SCRIPT = 'read -r said; [ "$said" = done ] || exec "$@"'
+SCRIPT = 'read -r said; [ "$said" = done ] && exit 0; [ "$1" = - ] || read -r _ <&"$1"; shift; exec "$@"'
+"""``$1``: ``-``, or the descriptor of a lifeline (``Watcher.start``), waited on before the
+delete; the rest is the delete's argv."""
 DONE = b"done\n"
 
 
@@ -33,9 +39,12 @@ class Watcher:
         self.pid = 0
         self._w = -1
 
-    def start(self, sh: str, delete_argv: list) -> None:
+    def start(self, sh: str, delete_argv: list, lifeline: int = -1) -> None:
         """Start ``sh`` watching; ``delete_argv`` is the whole `runc ... delete --force ID`.
-        OSError when it cannot be started."""
+        ``lifeline``: the read end of a pipe whose write end a runc that makes the container
+        holds (`runc create`, started after this): once sbxc is gone the watcher waits for
+        its end of file, so that the delete comes after the container exists, not while
+        runc still makes it. OSError when it cannot be started."""
         import _signal
 
         r, w = os.pipe()  # both close-on-exec: runc and the command never get them
@@ -43,7 +52,8 @@ class Watcher:
         old = _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())  # inherited by sh
         try:
             null = os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)
-            self.pid = _spawn([sh, "-c", SCRIPT, "sh", *delete_argv], r, null)
+            self.pid = _spawn([sh, "-c", SCRIPT, "sh", str(lifeline) if lifeline >= 0 else "-", *delete_argv], r, null,
+                              keep=(lifeline,) if lifeline >= 0 else ())
         except BaseException:
             os.close(w)
             raise
@@ -86,10 +96,11 @@ ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 """The watcher's whole environment: neither the command's nor sbxc's (runc is named by path)."""
 
 
-def _spawn(argv: list, stdin: int, null: int) -> int:
+def _spawn(argv: list, stdin: int, null: int, keep: tuple = ()) -> int:
     """``argv`` started with ``stdin`` as its standard input, /dev/null as its output, and
-    no other descriptor (every other one is closed in the child, as the core's spawn does:
-    sbxc may have been given descriptors without close-on-exec). OSError when it failed."""
+    no other descriptor but ``keep`` (every other one is closed in the child, as the core's
+    spawn does: sbxc may have been given descriptors without close-on-exec). OSError when
+    it failed."""
     env = [k.encode() + b"=" + v.encode() for k, v in ENV.items()]
     r, w = os.pipe()
     try:
@@ -97,13 +108,19 @@ def _spawn(argv: list, stdin: int, null: int) -> int:
             from _posixsubprocess import fork_exec
 
             # The argument list of Python 3.11-3.13's private function (as supervise._spawn).
-            pid = fork_exec(list(argv), [os.fsencode(argv[0])], True, (), None, env, stdin, -1, -1, null, -1, null,
-                            r, w, True, False, -1, None, None, None, -1, None, True)
+            pid = fork_exec(list(argv), [os.fsencode(argv[0])], True, tuple(sorted(keep)), None, env, stdin, -1, -1,
+                            null, -1, null, r, w, True, False, -1, None, None, None, -1, None, True)
         except (ImportError, TypeError):
-            closes = [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable(stdin, null)]
-            pid = os.posix_spawn(argv[0], list(argv), ENV, file_actions=[
-                *closes, (os.POSIX_SPAWN_DUP2, stdin, 0), (os.POSIX_SPAWN_DUP2, null, 1),
-                (os.POSIX_SPAWN_DUP2, null, 2)])
+            closes = [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable(stdin, null, *keep)]
+            for fd in keep:
+                os.set_inheritable(fd, True)
+            try:
+                pid = os.posix_spawn(argv[0], list(argv), ENV, file_actions=[
+                    *closes, (os.POSIX_SPAWN_DUP2, stdin, 0), (os.POSIX_SPAWN_DUP2, null, 1),
+                    (os.POSIX_SPAWN_DUP2, null, 2)])
+            finally:
+                for fd in keep:
+                    os.set_inheritable(fd, False)
             return pid
         os.close(w)
         w = -1
