@@ -33,7 +33,7 @@ import os
 
 from .errors import Refusal
 from .landlock_confine import fail, libc_handle
-from .supervise import default_signals, deliver, end_descendants, exit_code, forward_signals, wait_for
+from .supervise import FORWARDED, default_signals, deliver, end_descendants, exit_code, forward_signals, wait_for
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -179,8 +179,15 @@ def fork_under_reaper(sbxc_pid: int, namespaces: bool = False, required: bool = 
             raise Refusal(f"new PID and IPC namespaces for the root command could not be made ({os.strerror(err)}), "
                           "and without them it would reach every root process and the host's IPC objects",
                           "give sbxc CAP_SYS_ADMIN (a container may withhold it), or run it as an unprivileged user")
+    # The forwarded signals are held while the command's process is made (one that came
+    # in between would find no process to go to, and be lost): the reaper gets any held one
+    # once it knows the process; the process lets them through with their default actions
+    # back (until its exec a signal ends it, as it would any process that early).
+    mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, [getattr(_signal, n) for n in FORWARDED])
     pid = os.fork()
     if pid == 0:
+        default_signals()
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
         if hold >= 0:
             os.close(hold)
             return 0  # the reaper is in the parent namespace: getppid() is 0 while it lives
@@ -188,6 +195,7 @@ def fork_under_reaper(sbxc_pid: int, namespaces: bool = False, required: bool = 
     code = 125
     try:
         state["cmd"] = pid
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)  # a held one goes to the command now
         # The reaper holds nothing of the command's: not the report pipe (sbxc reads it
         # to its end), not the per-run locks, not stdin/stdout (a reader downstream must
         # see the end of the output when the command's processes are gone). It keeps

@@ -140,8 +140,15 @@ def container_pid(pid_file: str) -> int:
     return int(text) if text.strip().isdigit() else 0
 
 
-def signal_masks(pid: int) -> tuple[int, int]:
-    """(caught, ignored) signal masks of ``pid`` from /proc (0, 0 when unreadable)."""
+def signal_masks(pid: int, runc: str = "") -> tuple[int, int]:
+    """(caught, ignored) signal masks of ``pid`` from /proc (0, 0 when unreadable). ``runc``:
+    when ``pid`` is still that runc's init (released, its exec of the command not done
+    yet), (0, 0) as well: the masks read are the Go runtime's, which catches everything,
+    and a signal sent as it is would stay pending across the exec and then be dropped, the
+    command being pid 1 of its namespace without a handler. Its default action is what an
+    ordinary process would get from it that early."""
+    if runc and _is_runc_init(pid, runc):
+        return 0, 0
     caught = ignored = 0
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
@@ -360,8 +367,11 @@ def _still_waiting(pid: int, runc: str, fifo: str) -> bool:
     """Whether ``pid`` (sbxc's unreaped child) was never released to the command: runc's
     exec fifo is still there (`runc start` removes it once it has read it) and the process
     is still runc's init (its argv ``RUNC init``), not the command."""
-    if not os.path.exists(fifo):
-        return False
+    return os.path.exists(fifo) and _is_runc_init(pid, runc)
+
+
+def _is_runc_init(pid: int, runc: str) -> bool:
+    """Whether ``pid`` is still runc's init (its argv ``RUNC init``), not the command."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             args = f.read(4096).split(b"\0")
@@ -535,7 +545,7 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
         pid = init[0]
         if pid <= 0:
             return
-        caught, ignored = signal_masks(pid)
+        caught, ignored = signal_masks(pid, base_argv[0])
         bit = 1 << (signum - 1)
         if caught & bit or signum in _DEFAULT_IGNORED:
             sig = signum
@@ -806,7 +816,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         if pid <= 0:
             target, sig = runc_pid, signum  # not released yet: runc passes it on or dies of it
         else:
-            caught, ignored = signal_masks(pid)
+            caught, ignored = signal_masks(pid, found)
             bit = 1 << (signum - 1)
             if caught & bit or signum in _DEFAULT_IGNORED:
                 target, sig = pid, signum

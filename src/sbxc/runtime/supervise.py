@@ -29,13 +29,16 @@ def exit_code(status) -> int:
 
 
 def deliver(signum: int, pid: int, group=None) -> None:
-    """Send ``signum`` to process group ``group`` when known, else to ``pid``; a target
-    that is gone (or no longer ours to signal) is no error."""
+    """Send ``signum`` to process group ``group`` when known and made, else to ``pid``; a
+    target that is gone (or no longer ours to signal) is no error."""
     try:
         if group:
-            os.killpg(group, signum)
-        else:
-            os.kill(pid, signum)
+            try:
+                os.killpg(group, signum)
+                return
+            except ProcessLookupError:
+                pass  # not a group yet (the process has not made its session): the process alone
+        os.kill(pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
 
@@ -272,6 +275,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
     rep_r, rep_w = os.pipe()
 
     child = [0]
+    queued = [[]]  # [signals that came before the child existed]; [None] once it does
     master = [err_r if relay is not None else -1]  # -1 once closed: its number may be reused
 
     def forward(signum, _frame):
@@ -280,6 +284,11 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
 
             copy_size(2, master[0])
         if child[0] <= 0:
+            if queued[0] is not None and child[0] == 0 and signum not in queued[0]:
+                # Handled here, so the signal's own action did not end sbxc: kept for the
+                # child, which gets it as soon as it exists (a timeout's SIGTERM or a Ctrl-C
+                # right as the run starts would otherwise be lost and the command run on).
+                queued[0].append(signum)
             return
         if spec.deliver is not None:
             spec.deliver(signum, child[0])
@@ -304,14 +313,25 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
     try:
         spawned = spec.child_setup is None
         pid = _spawn(spec, err_w, rep_r, rep_w) if spawned else -1
+        mask = None
         if pid < 0:
             spawned = False
+            # The forwarded signals are held while the child is made: one that came in
+            # between would reach the child's copy of ``forward`` (it has no child) and be
+            # lost. The parent gets any held one below, once ``child`` is set; the child
+            # lets them through only with their default actions back (``_child``).
+            mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, [getattr(_signal, n) for n in FORWARDED])
             pid = os.fork()
             if pid == 0:
-                _child(spec, err_w, rep_w)  # never returns
+                _child(spec, err_w, rep_w, mask)  # never returns
         child[0] = pid
         if state is not None and spec.release is None:
             state.started = True  # from here on, no message may say the command did not run
+        came, queued[0] = queued[0], None
+        for signum in came:
+            forward(signum, None)  # as if it had come a moment later
+        if mask is not None:
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)  # a held one is forwarded now
         os.close(rep_w)
         if err_w >= 0:
             os.close(err_w)
@@ -530,12 +550,19 @@ def _spawn_report(report: bytes, argv0: str) -> bytes:
     return f"refused:could not set up the sandbox ({report.decode('utf-8', 'replace')})\x00please report this".encode()
 
 
-def _child(spec, err_w: int, rep_w: int) -> None:
-    """In the forked child: stderr into the relay, close stray descriptors, set up, exec."""
+def _child(spec, err_w: int, rep_w: int, mask=None) -> None:
+    """In the forked child: stderr into the relay, close stray descriptors, set up, exec.
+    ``mask``: the signal mask to go back to, once the forwarded signals have their default
+    actions again (the supervisor's handlers are no use here: this process has no child of
+    theirs; a signal forwarded to it before its own set-up installs others ends it, as it
+    would any process that early)."""
     code = REFUSED
     try:
         import _signal
 
+        if mask is not None:
+            default_signals()
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
         # Python ignores SIGPIPE and SIGXFSZ for itself; an ignored signal stays ignored
         # across exec, so `yes | head` inside would see EPIPE instead of dying as in a shell.
         for name in ("SIGPIPE", "SIGXFSZ"):
