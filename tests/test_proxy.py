@@ -383,6 +383,48 @@ def test_http_forwarding_one_request_with_its_body(web):
     assert len(web.requests) == 1
 
 
+SMUGGLED = b"GET /smuggled HTTP/1.1\r\nHost: other-vhost.example\r\n\r\n"
+
+
+@pytest.mark.parametrize("listed", ["content-length", "Host", "transfer-encoding", "keep-alive, Content-Length"])
+def test_connection_naming_a_framing_header_is_refused(web, listed):
+    """Dropped as hop-by-hop, Content-Length would leave the body to be read upstream as a
+    second request the proxy never checked (Host: a request with no host). Refused, and
+    nothing reaches the upstream. The control: the same request without the Connection
+    header is forwarded with its length, the would-be request arriving as its body."""
+    p = start([("127.0.0.1", (web.port,))])
+    head = (f"POST http://127.0.0.1:{web.port}/first HTTP/1.1\r\nHost: 127.0.0.1:{web.port}\r\n"
+            f"Content-Length: {len(SMUGGLED)}\r\n").encode()
+    try:
+        s = dial(p)
+        s.sendall(head + f"Connection: {listed}\r\n\r\n".encode() + SMUGGLED)
+        assert read_all(s).startswith(b"HTTP/1.1 400")
+        assert web.accepted == 0
+        s = dial(p)
+        s.sendall(head + b"\r\n" + SMUGGLED)
+        assert read_all(s).endswith(b"\r\n\r\nok")
+    finally:
+        p.stop()
+    assert len(web.requests) == 1
+    fwd, body, extra = web.requests[0]
+    assert f"Content-Length: {len(SMUGGLED)}".encode() in fwd.split(b"\r\n")
+    assert body == SMUGGLED and extra == b""
+
+
+def test_a_repeated_content_length_is_forwarded_once(web):
+    p = start([("127.0.0.1", (web.port,))])
+    try:
+        s = dial(p)
+        s.sendall(f"POST http://127.0.0.1:{web.port}/ HTTP/1.1\r\nHost: 127.0.0.1:{web.port}\r\n"
+                  "Content-Length: 3, 3\r\nContent-Length: 3\r\n\r\nabc".encode())
+        assert read_all(s).endswith(b"ok")
+    finally:
+        p.stop()
+    fwd, body, _ = web.requests[0]
+    assert [ln for ln in fwd.split(b"\r\n") if ln.lower().startswith(b"content-length")] == [b"Content-Length: 3"]
+    assert body == b"abc"
+
+
 def test_http_uri_and_host_disagree_is_400(web):
     p = start([("example.org", (web.port,)), ("127.0.0.1", (web.port,))])
     try:

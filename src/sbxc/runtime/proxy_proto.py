@@ -159,6 +159,10 @@ def parse_request(head: bytes) -> Request:
     return Request(False, kind, host, port, *_forward_head(method, path, version, headers, rest[:cut]))
 
 
+_FRAMING = frozenset((b"host", b"content-length", b"transfer-encoding"))
+"""Headers that say where a request goes and where its body ends: never hop-by-hop."""
+
+
 def _forward_head(method, path, version, headers, authority_text) -> tuple[bytes, int]:
     lengths = set()
     listed = set()
@@ -171,13 +175,20 @@ def _forward_head(method, path, version, headers, authority_text) -> tuple[bytes
             listed.update(v.strip(b" \t").lower() for v in value.split(b","))
     if len(lengths) > 1 or any(not v.isdigit() or len(v) > 15 for v in lengths):
         raise HttpError(400, "malformed Content-Length")
+    if listed & _FRAMING:
+        # Dropped as hop-by-hop, the origin server would frame the body (or find the host)
+        # otherwise than the proxy did: the body read as another request, never checked.
+        raise HttpError(400, "the Connection header names Host, Content-Length or Transfer-Encoding")
     body = int(lengths.pop()) if lengths else 0
     out = [method, b" ", path, b" ", version, b"\r\n"]
     if not any(n == b"host" for n, _, _ in headers):
         out += [b"Host: ", authority_text, b"\r\n"]
     for name, raw, value in headers:
-        if name not in _HOP and name not in listed:
+        if name not in _HOP and name not in listed and name != b"content-length":
             out += [raw, b": ", value, b"\r\n"]
+    if body or any(n == b"content-length" for n, _, _ in headers):
+        # One Content-Length, the length the proxy forwards (``3, 3`` is written as ``3``).
+        out += [b"Content-Length: ", str(body).encode(), b"\r\n"]
     # One request per connection: every request on a proxy connection is checked, and
     # a second request on the same upstream connection would skip the check.
     out.append(b"Connection: close\r\n\r\n")
