@@ -522,6 +522,39 @@ def test_too_many_connections(echo):
         p.stop()
     reasons = {r for _, _, r in p.refused()}
     assert "too many connections (limit 2)" in reasons
+    # The feedback line of a busy refusal names the limit, not the policy's rules, and
+    # suggests no rule: the host is one the policy allows (the control: the last CONNECT).
+    from sbxc.runtime.proxy_run import blocked_line
+
+    lines = {blocked_line(h, port, "sandbox.policy.yaml:4", "/x", r) for h, port, r in p.refused() if h}
+    assert lines == {f"sbxc: blocked 127.0.0.1:{echo.port} (the proxy's limit of 2 open connections was reached; "
+                     "no rule changes that)"}, lines
+
+
+def test_feedback_suggests_no_rule_for_the_unspecified_address_or_a_bad_socks_name(echo):
+    """0.0.0.0 and :: stand for this host itself: the line says so and suggests no rule
+    (the compiler refuses one). A SOCKS5 name that is no host name is counted and not
+    shown, as an HTTP request's is. The control: a refused real address gets its rule."""
+    from sbxc.runtime.proxy_run import blocked_line
+
+    p = start([("127.0.0.1", (echo.port,))])
+    try:
+        for target in (f"0.0.0.0:{echo.port}", f"[::]:{echo.port}", f"127.0.0.2:{echo.port}"):
+            s, head = connect(p, target)
+            assert head.startswith(b"HTTP/1.1 403"), (target, head)
+        s, reply = socks(p, socks_name("2130706433"), echo.port)
+        assert reply[:2] == b"\x05\x04"
+    finally:
+        p.stop()
+    lines = sorted(blocked_line(h, port, "sandbox.policy.yaml:4", "/x", r) for h, port, r in p.refused() if h)
+    assert lines == sorted([
+        f"sbxc: blocked 0.0.0.0:{echo.port} (not allowed by sandbox.policy.yaml:4: the unspecified address stands "
+        "for this host itself, which no rule may name; connect to the address the service listens on)",
+        f"sbxc: blocked [::]:{echo.port} (not allowed by sandbox.policy.yaml:4: the unspecified address stands "
+        "for this host itself, which no rule may name; connect to the address the service listens on)",
+        f"sbxc: blocked 127.0.0.2:{echo.port} (not allowed by sandbox.policy.yaml:4); "
+        f"allow it with \"allow 127.0.0.2:{echo.port}\""]), lines
+    assert sum(1 for h, _, _ in p.refused() if not h) >= 1  # the SOCKS name: counted, unnamed
 
 
 @pytest.mark.parametrize("way", ["splice-threads", "poll"])

@@ -189,4 +189,15 @@ def parse_pattern(pattern: str) -> tuple[str, object]:
         return "wild", parent
     if "*" in pattern:
         raise BadTarget("'*' may only be the whole first label, as in *.example.org")
-    return parse_host(pattern)
+    kind, value = parse_host(pattern)
+    if kind == "addr" and is_unspecified(*value):
+        # A connection to 0.0.0.0 or :: goes to this host itself: such a rule would open
+        # every local service on the port, whatever address it listens on.
+        raise BadTarget("the unspecified address stands for this host itself, not for any address; "
+                        "name the local address a service listens on, e.g. 127.0.0.1")
+    return kind, value
+
+
+def is_unspecified(family: int, packed: bytes) -> bool:
+    """0.0.0.0, :: or ::ffff:0.0.0.0: what connect() takes for this host itself."""
+    return not any(canonical_addr(family, packed)[1])

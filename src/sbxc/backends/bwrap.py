@@ -62,7 +62,7 @@ def _version_at_least(version: str, want: tuple[int, ...]) -> bool:
     for p in version.split("."):
         digits = ""
         for ch in p:
-            if not ch.isdigit():
+            if not "0" <= ch <= "9":
                 break
             digits += ch
         parts.append(int(digits) if digits else 0)

@@ -166,7 +166,7 @@ def _list(args) -> int:
             rows.append({"kind": e.kind, "name": e.name, "state": e.state, "project": e.meta.get("project", ""),
                          "bytes": size, "age_s": round(time.time() - created / 1e9) if created else None,
                          "from": e.meta.get("from", ""), "method": e.meta.get("method", "")})
-        pool = [{"key": k, "ready": n, "bytes": b, "size": int(z) if str(z).isdigit() else None, "source": src,
+        pool = [{"key": k, "ready": n, "bytes": b, "size": int(z) if str(z).isascii() and str(z).isdigit() else None, "source": src,
                  "keeper": kp.get("state", ""), "keeper_why": kp.get("why", "")}
                 for k, (n, b, z, src, kp) in pool_status(fd).items()]
     finally:

@@ -269,7 +269,9 @@ def _host_rule(scalar: YScalar, tok, diags: list[Diagnostic]) -> Optional[HostRu
         host, port_text = raw.split(":")
     port = 0
     if port_text or raw.endswith(":"):
-        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535 or len(port_text) > 5:
+        # ASCII digits only: str.isdigit() also takes "²" (which int() refuses) and
+        # other scripts' digits (which it reads as a number).
+        if not (port_text.isascii() and port_text.isdigit()) or len(port_text) > 5 or not 1 <= int(port_text) <= 65535:
             diags.append(diag("SBX018", tspan, what=f"\"{shorten(port_text)}\" in {shorten(raw)}: ports are 1-65535"))
             return None
         port = int(port_text)

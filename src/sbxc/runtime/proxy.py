@@ -290,9 +290,9 @@ class Proxy:
     def _read_report(self, data: bytes) -> None:
         for line in data.decode("ascii", "replace").split("\n"):
             parts = line.split("\t")
-            if parts[0] == "R" and len(parts) == 4 and parts[2].isdigit():
+            if parts[0] == "R" and len(parts) == 4 and parts[2].isascii() and parts[2].isdigit():
                 self._refused.append((parts[1], int(parts[2]), parts[3]))
-            elif parts[0] == "N" and len(parts) == 2 and parts[1].isdigit():
+            elif parts[0] == "N" and len(parts) == 2 and parts[1].isascii() and parts[1].isdigit():
                 self.refused_count = int(parts[1])
             elif parts[0] == "F" and len(parts) == 2:
                 self.failure = parts[1]

@@ -21,7 +21,7 @@ import _socket
 # The reading of names and addresses is shared with the compiler (sbxc.hostnames); the
 # names are re-exported here, where the proxy and its tests look for them.
 from ..hostnames import (DEFAULT_PORTS, BadTarget, addr_text, canonical_addr, is_public,  # noqa: F401
-                         display, normalize_name, parse_addr, parse_host, parse_pattern)
+                         is_unspecified, display, normalize_name, parse_addr, parse_host, parse_pattern)
 
 
 # --- rules ---------------------------------------------------------------------------
@@ -102,6 +102,9 @@ class Rules:
 
 
 def rule_hint(kind: str, value, port: int) -> str:
-    """The rule a person would add to admit this target."""
+    """The rule a person would add to admit this target ('' for the unspecified address,
+    which no rule may name: see ``hostnames.parse_pattern``)."""
+    if kind == "addr" and is_unspecified(*value):
+        return ""
     host = display(kind, value)
     return f"allow {host}" if port in DEFAULT_PORTS else f"allow {host}:{port}"

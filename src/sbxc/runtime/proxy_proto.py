@@ -183,12 +183,15 @@ def _forward_head(method, path, version, headers, authority_text) -> tuple[bytes
     out = [method, b" ", path, b" ", version, b"\r\n"]
     if not any(n == b"host" for n, _, _ in headers):
         out += [b"Host: ", authority_text, b"\r\n"]
+    length_sent = False
     for name, raw, value in headers:
-        if name not in _HOP and name not in listed and name != b"content-length":
+        if name == b"content-length":
+            if not length_sent:
+                # One Content-Length, the length the proxy forwards (``3, 3`` goes as ``3``).
+                out += [raw, b": ", str(body).encode(), b"\r\n"]
+                length_sent = True
+        elif name not in _HOP and name not in listed:
             out += [raw, b": ", value, b"\r\n"]
-    if body or any(n == b"content-length" for n, _, _ in headers):
-        # One Content-Length, the length the proxy forwards (``3, 3`` is written as ``3``).
-        out += [b"Content-Length: ", str(body).encode(), b"\r\n"]
     # One request per connection: every request on a proxy connection is checked, and
     # a second request on the same upstream connection would skip the check.
     out.append(b"Connection: close\r\n\r\n")

@@ -121,20 +121,31 @@ def blocked(host: str, port: int, at: str, cwd: str, reason: str = "") -> tuple:
         where = path[len(cwd.rstrip("/")) + 1:] + ":" + line
     rule = f"allow {host}" if port in (80, 443) else f"allow {host}:{port}"
     why = f"not allowed by {where}"
+    if reason.startswith("too many connections"):
+        # Not the rules: the proxy's bound on open connections (Limits.max_connections).
+        limit = "".join(ch for ch in reason if "0" <= ch <= "9")[:9]
+        return host, port, "", where, f"the proxy's limit of {limit} open connections was reached; no rule changes that"
+    if reason.startswith("only the SOCKS5 CONNECT command"):
+        return host, port, "", where, "only the SOCKS5 CONNECT command is supported"
     for marker in ("; if that is meant, add: ", "; to allow it: "):
         head, found, tail = reason.partition(marker)
-        if found and tail.startswith("allow "):
-            rule = "allow " + _safe(tail[len("allow "):])
+        if found:
+            rule = "allow " + _safe(tail[len("allow "):]) if tail.startswith("allow ") else ""
             if marker.startswith("; if"):
                 # The name is allowed, but it resolves to an address the proxy uses only
                 # where an address rule names it (loopback, private, link-local ...).
                 addr = head.rpartition("(")[2].rstrip(")")
                 why = f"it resolves only to the non-public address {_safe(addr)}, which no rule in {where} names"
+            elif not rule:
+                why = (f"not allowed by {where}: the unspecified address stands for this host itself, which no rule "
+                       "may name; connect to the address the service listens on")
             break
     return host, port, rule, where, why
 
 
 def blocked_text(host: str, port: int, rule: str, _where: str, why: str) -> str:
+    if not rule:
+        return f"sbxc: blocked {host}:{port} ({why})"
     return f"sbxc: blocked {host}:{port} ({why}); allow it with \"{rule}\""
 
 

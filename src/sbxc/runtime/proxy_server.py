@@ -344,7 +344,7 @@ class Server:
             reader.exact(2)
             conn.sendall(proto.socks_reply(proto.S_HOST_UNREACHABLE))
             reason = str(e) if isinstance(e, match.BadTarget) else "the host name is not UTF-8"
-            self.note("(invalid name)", 0, reason)
+            self.note("", 0, reason)  # no host to name (as for HTTP): counted, not shown
             return None
         port = int.from_bytes(reader.exact(2), "big")
         if version != proto.SOCKS_VERSION or command != 1:

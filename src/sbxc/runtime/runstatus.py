@@ -85,7 +85,8 @@ class Recorder:
         current = self
 
     def note_blocked(self, host: str, port: int, rule: str, policy: str, reason: str) -> None:
-        self.blocked.append({"host": host, "port": port, "rule": rule, "policy": policy, "reason": reason})
+        # rule: None where no rule would admit it (the connection limit, the unspecified address)
+        self.blocked.append({"host": host, "port": port, "rule": rule or None, "policy": policy, "reason": reason})
 
     def status(self, rc: int) -> dict:
         warnings, hints, errors = [], [], []
