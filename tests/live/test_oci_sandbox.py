@@ -203,6 +203,29 @@ def test_status_passes_through(runc, sbxc):
     assert sbxc(None, "/no/such/program", args=OCI).rc == 127
 
 
+@pytest.mark.parametrize("network", ["false", "[allow 127.0.0.1:9]"])
+def test_a_command_runc_cannot_exec_exits_as_in_a_shell(runc, sbxc, network):
+    """runc finds the file, writes its pid file, then its exec fails: not an executable
+    format (126) or a #! interpreter that is missing (127). runc exits 1 after one line on
+    the command's stderr; the command never ran, and a shell (and bwrap) would not say 1.
+    Both kinds of OCI run (`runc run`, and create/start for host rules). The control: a
+    command of its own exiting 1 keeps its 1."""
+    proj = sbxc.project
+    with open(os.path.join(proj, "badelf"), "wb") as f:
+        f.write(b"\x7fELF\x02\x01\x01")
+    with open(os.path.join(proj, "badshebang"), "w") as f:
+        f.write("#!/nonexistent/interpreter\n")
+    for name in ("badelf", "badshebang"):
+        os.chmod(os.path.join(proj, name), 0o755)
+    policy = f"sbxc: 1\nextends: [builtin:default]\nbackend: oci\nnetwork: {network}\n"
+    r = sbxc(policy, "./badelf")
+    assert (r.rc, r.err) == (126, "exec ./badelf: exec format error\n"), r
+    r = sbxc(policy, "./badshebang")
+    assert (r.rc, r.err) == (127, "exec ./badshebang: no such file or directory\n"), r
+    r = sbxc(policy, "/bin/sh", "-c", "echo 'exec: not what runc says' >&2; exit 1")
+    assert (r.rc, r.err) == (1, "exec: not what runc says\n"), r
+
+
 def test_refuses_without_runc(runc, sbxc, tmp_path):
     r = sbxc(None, "/bin/true", args=OCI, env={"SBXC_RUNC": str(tmp_path / "no-runc")})
     assert r.rc == 125, r

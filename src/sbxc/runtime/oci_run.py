@@ -116,6 +116,22 @@ def exec_status(msg: str):
     return 126
 
 
+_EXEC_ERRORS = {b"exec format error": 126, b"permission denied": 126, b"no such file or directory": 127}
+
+
+def exec_failure(status: int, first: bytes, arg0: str):
+    """126/127 when runc's init could not exec the command: runc (1.1) found it on the
+    PATH, wrote the pid file, then its exec failed (not an executable format, a ``#!``
+    interpreter that is missing) and it exits 1 after one line on the command's stderr,
+    ``exec ARG0: ERROR``. A shell gives 126 or 127 there, and the command never ran. Else
+    None (the status is the command's)."""
+    if status != 1:
+        return None
+    line = first.split(b"\n", 1)[0].rstrip(b"\r")
+    head = b"exec " + os.fsencode(arg0) + b": "
+    return _EXEC_ERRORS.get(line[len(head):]) if line.startswith(head) else None
+
+
 def runc_failure(msg: str) -> Refusal:
     text = msg.removeprefix("runc run failed: ")
     if "permission denied" in text and os.geteuid() != 0:
@@ -381,7 +397,8 @@ def _is_runc_init(pid: int, runc: str) -> bool:
     return len(args) >= 2 and args[1] == b"init" and args[0].rpartition(b"/")[2] == os.fsencode(runc).rpartition(b"/")[2]
 
 
-def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, cleanup, watcher, sh) -> LaunchSpec:
+def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, cleanup, watcher, sh,
+               arg0: str) -> LaunchSpec:
     """Host rules: `runc create`, the proxy's listener, `runc start` (see the module text).
 
     The core starts `runc create` (``argv``). ``launched`` waits for it to exit: the
@@ -584,6 +601,9 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
             return 128 + pending[0]
         if emulated[0] and status == 128 + _SIGKILL:
             return 128 + emulated[0]
+        if started[0]:
+            code = exec_failure(status, first, arg0)
+            return code if code is not None else status
         return status
 
     # Cleanups run last first: the lifeline is dropped before the watcher is ended (it waits
@@ -733,7 +753,8 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     watcher = Watcher()
     if net == "hosts":
         base_argv = [found, "--root", bundle, "--log", "/proc/self/fd/2", "--log-format", "text"] + rootless
-        return _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, cleanup, watcher, sh)
+        return _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, cleanup, watcher, sh,
+                          cmd[0])
     argv += ["run", "--bundle", bundle, "--pid-file", pid_file, cid]
 
     read_log = _log_reader(log_r)
@@ -833,7 +854,10 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     def command_status(status: int, first: bytes) -> int:
         if emulated[0] and status == 128 + _SIGKILL:
             return 128 + emulated[0]
-        if status == 0 or status > 128 or started():
+        if started():
+            code = exec_failure(status, first, cmd[0])
+            return code if code is not None else status
+        if status == 0 or status > 128:
             return status
         code = exec_status(log_error(read_log()))
         return code if code is not None else status

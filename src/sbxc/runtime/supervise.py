@@ -439,7 +439,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
         if early:
             _write_all(2, early)  # the runner judged it the command's own output
         if spec.command_status is not None:
-            rc = spec.command_status(rc, first)
+            rc = spec.command_status(rc, (early + first)[:256])  # the held part came first
         if feedback is not None:
             # The command ran (a refusal or a failed exec returned above): the plan's
             # warnings, then what its stderr calls for, after all of its output.
