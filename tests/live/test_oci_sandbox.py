@@ -226,6 +226,57 @@ def test_a_command_runc_cannot_exec_exits_as_in_a_shell(runc, sbxc, network):
     assert (r.rc, r.err) == (1, "exec: not what runc says\n"), r
 
 
+def test_every_mount_from_the_host_is_nosuid_and_nodev(runc, sbxc):
+    """`read /` binds the host's / with every mount below it: each must be nosuid and
+    nodev, as under bwrap, so that a device node or a setuid file on any of them is
+    useless (the device cgroup is no help rootless). Before, nosuid/nodev reached the top
+    mount only, and / itself lost them to runc's read-only remount of the root. Only
+    runc's own /dev and its masks of /proc may allow devices. The control: the mounts
+    are there to check (the host's /sys and /proc below /)."""
+    from sbxc.backends.oci import PROC_MASKED
+
+    r = sbxc("sbxc: 1\nextends: [builtin:default]\nbackend: oci\nnetwork: false\n",
+             "/bin/cat", "/proc/self/mountinfo")
+    assert r.rc == 0, r
+    mounts = {}
+    for line in r.out.splitlines():
+        f = line.split(" ")
+        mounts[f[4]] = set(f[5].split(","))
+    assert "/" in mounts and "/sys" in mounts and len(mounts) > 10, r.out  # the control
+    runc_own = {"/dev", "/dev/pts", "/dev/mqueue", "/dev/shm", "/dev/console"} | set(PROC_MASKED) | {
+        "/dev/" + n for n in ("null", "zero", "full", "random", "urandom", "tty")}
+    lacking = {m for m, opts in mounts.items() if not {"nosuid", "nodev"} <= opts and m not in runc_own}
+    assert lacking == set(), {m: sorted(mounts[m]) for m in lacking}
+    assert {"ro", "nosuid", "nodev"} <= mounts["/"]
+
+
+def test_a_plan_file_runs_on_a_fresh_cache_root(runc, sbxc, tmp_path):
+    """On a fresh cache root no plans folder exists yet, and the OCI runner keeps its
+    bundles there: a --plan run makes it on the way (so does the runner itself, started
+    without the plan cache, as tests/live/cases.py starts it). The control: the root was
+    missing before the run."""
+    import shutil
+    import tempfile
+
+    from conftest import SRC
+
+    bundle = str(tmp_path / "bundle")
+    env = base_env(sbxc.home)
+    r = run([sys.executable, "-m", "sbxc", "compile", "--backend", "oci", "-o", bundle], env=env, cwd=sbxc.project)
+    assert r.rc == 0, r
+    parent = tempfile.mkdtemp(prefix="sbxc-fresh-", dir="/var/tmp")
+    try:
+        fresh = os.path.join(parent, "root")
+        assert not os.path.exists(fresh)
+        r = run([sys.executable, "-m", "sbxc", "exec", "--plan", os.path.join(bundle, "plan.json"), "--",
+                 "/bin/sh", "-c", "echo ran"], env=dict(env, SBXC_ROOT=fresh, PYTHONPATH=SRC), cwd=sbxc.project)
+        assert (r.rc, r.out) == (0, "ran\n"), r
+        assert os.path.isdir(os.path.join(fresh, "plans"))
+        assert os.listdir(os.path.join(fresh, "plans", "runs")) == []  # the run's bundle is gone
+    finally:
+        shutil.rmtree(parent)
+
+
 def test_refuses_without_runc(runc, sbxc, tmp_path):
     r = sbxc(None, "/bin/true", args=OCI, env={"SBXC_RUNC": str(tmp_path / "no-runc")})
     assert r.rc == 125, r

@@ -19,7 +19,8 @@ the bundle folder.
 How each kind of rule is mounted, and why (the same reasoning as the bwrap backend):
 
 - ``read`` -> a recursive bind with ``rro`` (every mount below is read-only too, through
-  mount_setattr; a plain ``ro`` would only cover the top one), ``nosuid``, ``nodev``;
+  mount_setattr; a plain ``ro`` would only cover the top one), ``nosuid``, ``nodev`` and
+  their recursive forms ``rnosuid``, ``rnodev``;
   ``write`` -> the same, read-write; ``tmpfs`` -> a tmpfs mount.
 - ``mask`` of a folder -> a tmpfs that ``linux.readonlyPaths`` turns read-only after every
   other mount: runc applies readonlyPaths last, so deeper rules (the project under a
@@ -56,7 +57,11 @@ EMPTY_FILE = "sbxc-empty"
 ROOTFS = "rootfs"
 
 _SPEC_ARCH = {"x86_64": "SCMP_ARCH_X86_64", "aarch64": "SCMP_ARCH_AARCH64"}
-_BIND = ("rbind", "nosuid", "nodev")
+_BIND = ("rbind", "nosuid", "nodev", "rnosuid", "rnodev")
+"""``nosuid``/``nodev`` reach the top mount only; ``rnosuid``/``rnodev`` (mount_setattr with
+AT_RECURSIVE, as ``rro``) every mount below it too, as bwrap's binds do: a device node on a
+mount under a ``read`` rule stays unusable without the device cgroup (rootless runc has
+none)."""
 
 # Kernel files that container runtimes hide by default: they show host-wide state (kernel
 # memory, keys of other users, timers, scheduler internals). Hiding them is narrower
@@ -351,9 +356,15 @@ def lower(plan: Plan, host) -> Lowered:
                                 "(rootless runc maps one id, the container's root) and holds no capabilities"))
     verdicts.append(verdict(NAME, "env", ENFORCED, span0))
 
+    # With a read-only bind of the host's / over the rootfs (``read /``), root.readonly
+    # stays false: runc makes a read-only root with a bind remount that drops nosuid and
+    # nodev from /, and the bind is read-only already (rro). Without one the empty rootfs
+    # is the root, made read-only by runc.
+    root_bound = bool(mounts) and mounts[0].get("destination") == "/" and mounts[0].get("type") == "bind" \
+        and "rro" in mounts[0].get("options", ())
     config = {
         "ociVersion": OCI_VERSION,
-        "root": {"path": ROOTFS, "readonly": True},
+        "root": {"path": ROOTFS, "readonly": not root_bound},
         "process": {
             "terminal": False,
             "user": user,

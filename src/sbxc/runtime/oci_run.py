@@ -237,6 +237,15 @@ def _runs_dir(plans: str) -> str:
     no plans folder, it is a link (the runs would not get the empty folder every sandbox
     has over the plans folder), or the entry is not a folder of this user's that only it
     can enter (never followed when it is a link)."""
+    if plans and not os.path.lexists(plans):
+        # No plan cached yet (a --plan run on a fresh cache root): made as the plan cache
+        # makes it, with its checks of the root and of the folder.
+        from .planstore import open_plans_dir, plans_dir
+
+        if plans == plans_dir():
+            fd = open_plans_dir(create=True)
+            if fd >= 0:
+                os.close(fd)
     if not plans or os.path.islink(plans) or not os.path.isdir(plans):
         return ""
     path = plans + "/" + RUNS_SUBDIR
