@@ -295,12 +295,11 @@ def _reap_later(sbxc, folder: str, runc: str = "") -> int:
     return int(r.out.strip())
 
 
-def _killed_before_start(sbxc, upstream, fault: str):
-    """A run with host rules whose sbxc is killed (``fault``: ``sigkill`` for sbxc alone,
-    ``sigkill-group`` for its whole process group, in a session of its own) while the
-    container waits before `runc start`. Output goes to a file, and only sbxc itself is
-    waited for: the waiting process keeps the stdio it was given, so pipes would never
-    reach end of file. Returns (tag, plans, marker, what ``note`` saw, (folder, pid, id))."""
+def _killed_run(sbxc, upstream, fault: str):
+    """A run with host rules (a tagged policy) of sbxc under the fault ``fault`` (FAULT),
+    in a session of its own, that ends with sbxc killed by SIGKILL. Output goes to a file,
+    and only sbxc itself is waited for: the waiting process keeps the stdio it was given,
+    so pipes would never reach end of file. Returns (tag, marker, the file ``note`` wrote)."""
     tag = uuid.uuid4().hex
     ppath = os.path.join(sbxc.project, "sandbox.policy.yaml")
     with open(ppath, "w") as f:
@@ -313,6 +312,15 @@ def _killed_before_start(sbxc, upstream, fault: str):
                              cwd=sbxc.project, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                              start_new_session=True)
         assert p.wait(timeout=60) == -9
+    return tag, marker, seen
+
+
+def _killed_before_start(sbxc, upstream, fault: str):
+    """A run with host rules whose sbxc is killed (``fault``: ``sigkill`` for sbxc alone,
+    ``sigkill-group`` for its whole process group, in a session of its own) while the
+    container waits before `runc start` (``_killed_run``). Returns (tag, plans, marker,
+    what ``note`` saw, (folder, pid, id))."""
+    tag, marker, seen = _killed_run(sbxc, upstream, fault)
     assert not os.path.exists(marker)
     with open(seen) as f:
         text = f.read()
@@ -442,18 +450,7 @@ def test_oci_sigkill_of_sbxc_while_runc_creates_the_container_ends_it(runc, sbxc
     the process it names was sbxc's child's child)."""
     import time
 
-    tag = uuid.uuid4().hex
-    ppath = os.path.join(sbxc.project, "sandbox.policy.yaml")
-    with open(ppath, "w") as f:
-        f.write(_tag_policy(tag, upstream))
-    marker = os.path.join(sbxc.project, "ran")
-    seen = os.path.join(str(sbxc.home), "seen")
-    env = base_env(sbxc.home, {"SBXC_TEST_FAULT": "sigkill-in-create", "SBXC_TEST_SEEN": seen})
-    with open(os.path.join(str(sbxc.home), "out"), "wb") as out:
-        p = subprocess.Popen([PYTHON, "-c", FAULT, "exec", "--policy", ppath, "--", "touch", marker], env=env,
-                             cwd=sbxc.project, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                             start_new_session=True)
-        assert p.wait(timeout=60) == -9
+    tag, marker, seen = _killed_run(sbxc, upstream, "sigkill-in-create")
     with open(seen) as f:
         pid_file, cid, _create = f.read().split()
     plans = _plans(sbxc.home)
