@@ -32,8 +32,6 @@ the container's root (the plan says so), and it makes no cgroup it may not make.
 
 Hot path: ``os`` only (the config is written by the small encoder below, not ``json``).
 """
-from __future__ import annotations
-
 from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 from ..layout import RUNS_SUBDIR

@@ -36,8 +36,6 @@ def reap(base_fd: int, prefix: str, uid: int, *, now: float | None = None, name_
     import fcntl
     import time
 
-    from .trees import remove_tree
-
     now = time.time() if now is None else now
     try:
         list_fd = os.open(".", _O_DIR, dir_fd=base_fd)
@@ -68,6 +66,8 @@ def reap(base_fd: int, prefix: str, uid: int, *, now: float | None = None, name_
                 _end_fifo_waits(fd)
                 if runc:
                     _end_containers(fd, name, runc)
+                from .trees import remove_tree  # only with a stale folder to remove
+
                 try:
                     remove_tree(base_fd, name)
                 except OSError as e:
