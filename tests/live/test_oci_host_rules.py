@@ -196,7 +196,20 @@ elif where == "start":
         return real(argv, env, log_w)
     oci_run._runc_call = call
 
-elif where in ("signal", "sigkill", "sigkill-group"):
+elif where in ("signal", "sigkill", "sigkill-group", "sigkill-held"):
+    if where == "sigkill-held":
+        # As a runc whose waiting init keeps inherited descriptors (before 1.1.12): a
+        # process that holds the lifeline's write end as long as the container waits.
+        from sbxc.runtime import supervise
+        real_spawn = supervise._spawn
+        def spawn(spec, *args):
+            pid = real_spawn(spec, *args)
+            if "create" in spec.argv:
+                holder = subprocess.Popen(["sleep", "60"], pass_fds=[spec.pass_fds[-1]])
+                with open(seen + ".holder", "w") as f:
+                    f.write(str(holder.pid))
+            return pid
+        supervise._spawn = spawn
     from sbxc.runtime import proxy_run
     real_listen = proxy_run.ProxyRun.listen_in
     def listen_in(self, joiner, launcher_pid, child_pid):
@@ -206,7 +219,7 @@ elif where in ("signal", "sigkill", "sigkill-group"):
         # (its own session here): neither sbxc nor its watcher can clean up at all.
         if where == "signal":
             os.kill(os.getpid(), signal.SIGTERM)
-        elif where == "sigkill":
+        elif where in ("sigkill", "sigkill-held"):
             os.kill(os.getpid(), signal.SIGKILL)  # sbxc alone: its watcher stays
         else:
             os.killpg(os.getpgrp(), signal.SIGKILL)
@@ -471,3 +484,29 @@ def test_oci_sigkill_of_sbxc_while_runc_creates_the_container_ends_it(runc, sbxc
     assert not os.path.exists(marker)
     _reap_later(sbxc, os.path.dirname(os.path.dirname(pid_file)))
     assert not os.path.exists(os.path.dirname(pid_file))
+
+
+def test_oci_watcher_deletes_at_once_when_the_lifeline_is_held_after_create(runc, sbxc, upstream):
+    """Some runc versions (before 1.1.12) leave inherited descriptors open in the
+    container's waiting init, which would then hold the watcher's lifeline for as long as
+    the container waits. sbxc tells the watcher once `runc create` is over, and from then
+    on it deletes at once: sbxc alone killed before `runc start`, with another process
+    holding the lifeline (as such an init would), still leaves nothing within seconds.
+    The control: the holder was alive, holding it, when the container went."""
+    import signal
+    import time
+
+    tag, plans, marker, text, (rundir, pid, listed) = _killed_before_start(sbxc, upstream, "sigkill-held")
+    with open(os.path.join(str(sbxc.home), "seen.holder")) as f:
+        holder = int(f.read())
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and (_running(int(pid)) or _cgroups(listed)):
+            time.sleep(0.05)
+        assert not _running(int(pid)), "the watcher waited for the held lifeline"
+        assert _cgroups(listed) == []
+        assert _running(holder)  # the control: the lifeline was still held
+    finally:
+        os.kill(holder, signal.SIGKILL)
+    assert not os.path.exists(marker)
+    _reap_later(sbxc, os.path.dirname(rundir))

@@ -222,6 +222,11 @@ def test_a_command_runc_cannot_exec_exits_as_in_a_shell(runc, sbxc, network):
     assert (r.rc, r.err) == (126, "exec ./badelf: exec format error\n"), r
     r = sbxc(policy, "./badshebang")
     assert (r.rc, r.err) == (127, "exec ./badshebang: no such file or directory\n"), r
+    # A bare name, found on the PATH: runc names the path it found.
+    os.makedirs(os.path.join(proj, "bin"))
+    os.rename(os.path.join(proj, "badshebang"), os.path.join(proj, "bin", "badtool"))
+    r = sbxc(policy, "badtool", env={"PATH": os.path.join(proj, "bin") + ":/usr/bin:/bin"})
+    assert (r.rc, r.err) == (127, f"exec {proj}/bin/badtool: no such file or directory\n"), r
     r = sbxc(policy, "/bin/sh", "-c", "echo 'exec: not what runc says' >&2; exit 1")
     assert (r.rc, r.err) == (1, "exec: not what runc says\n"), r
 

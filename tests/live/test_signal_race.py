@@ -32,13 +32,25 @@ import os, signal, sys
 from sbxc.runtime import supervise
 
 main_pid = os.getpid()
+sig = getattr(signal, os.environ["SBXC_TEST_SIGNAL"])
 real = supervise.forward_signals
-def forward_signals(handler):
-    old = real(handler)
-    if os.getpid() == main_pid:  # not in Landlock's reaper, which installs its own
-        os.kill(main_pid, getattr(signal, os.environ["SBXC_TEST_SIGNAL"]))  # the handler runs now
-    return old
-supervise.forward_signals = forward_signals
+if os.environ["SBXC_TEST_WINDOW"] == "core":
+    def forward_signals(handler):
+        old = real(handler)
+        if os.getpid() == main_pid:  # not in Landlock's reaper, which installs its own
+            os.kill(main_pid, sig)  # the handler runs now
+        return old
+    supervise.forward_signals = forward_signals
+else:
+    # Landlock's reaper, once its handler is in place and before it forks the command: as
+    # if sbxc had forwarded the signal to it then.
+    from sbxc.runtime import landlock_reaper
+
+    def reaper_handlers(handler):
+        old = real(handler)
+        os.kill(os.getpid(), sig)
+        return old
+    landlock_reaper.forward_signals = reaper_handlers
 
 from sbxc.cli import main
 sys.exit(main(sys.argv[1:]))
@@ -48,12 +60,14 @@ POLICY = "sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork: fals
 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
-@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
-def test_a_signal_before_the_child_exists_reaches_the_run(sbxc, backend, sig, request):
+@pytest.mark.parametrize("backend,window,network", [
+    ("bwrap", "core", "false"), ("landlock", "core", "false"), ("landlock", "reaper", "false"),
+    ("oci", "core", "false"), ("oci", "core", "[allow 127.0.0.1:9]")])
+def test_a_signal_before_the_child_exists_reaches_the_run(sbxc, backend, window, network, sig, request):
     runc_for(request)
     ppath = os.path.join(sbxc.project, "sandbox.policy.yaml")
     with open(ppath, "w") as f:
-        f.write(POLICY.format(backend=backend))
+        f.write(POLICY.format(backend=backend).replace("network: false", f"network: {network}"))
     marker = os.path.join(sbxc.project, "finished")
     script = f"sleep 5; touch {marker}; echo finished-normally"
     argv = ["exec", "--policy", ppath, "--", "/bin/sh", "-c", script]
@@ -64,7 +78,8 @@ def test_a_signal_before_the_child_exists_reaches_the_run(sbxc, backend, sig, re
     assert quick.returncode == 0 and "finished-normally" in quick.stdout, quick.stderr
     os.unlink(marker)
     start = time.monotonic()
-    p = subprocess.run([PYTHON, "-c", EARLY, *argv], env=dict(env, SBXC_TEST_SIGNAL=sig), cwd=sbxc.project,
+    p = subprocess.run([PYTHON, "-c", EARLY, *argv], env=dict(env, SBXC_TEST_SIGNAL=sig, SBXC_TEST_WINDOW=window),
+                       cwd=sbxc.project,
                        capture_output=True, text=True, timeout=60)
     took = time.monotonic() - start
     assert "finished-normally" not in p.stdout and not os.path.exists(marker), "the signal was lost: " + p.stderr

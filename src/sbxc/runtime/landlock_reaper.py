@@ -152,8 +152,16 @@ def fork_under_reaper(sbxc_pid: int, namespaces: bool = False, required: bool = 
             end_descendants()
             os._exit(128 + _SIGKILL)
         if state["cmd"] > 0:
-            deliver(signum, state["cmd"], state["cmd"])  # the command's session: as bwrap's runner does
+            # The command's session, as bwrap's runner does; the process alone while it
+            # has not made its session yet (landlock_confine).
+            deliver(signum, state["cmd"], state["cmd"], alone_if_no_group=True)
 
+    # The forwarded signals are held from here until the command's process exists (one
+    # that came in between would find no process to go to, and be lost): the reaper gets
+    # any held one once it knows the process; the process lets them through with their
+    # default actions back (until its exec a signal ends it, as it would any process that
+    # early). The parent-death signal is among them: held too, then acted on by ``relay``.
+    mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, [getattr(_signal, n) for n in FORWARDED])
     # Handlers first, then the death signal, then the check: sbxc dying at any point
     # is either seen by getppid() here or delivered to a handler that acts on it.
     forward_signals(relay)
@@ -179,11 +187,6 @@ def fork_under_reaper(sbxc_pid: int, namespaces: bool = False, required: bool = 
             raise Refusal(f"new PID and IPC namespaces for the root command could not be made ({os.strerror(err)}), "
                           "and without them it would reach every root process and the host's IPC objects",
                           "give sbxc CAP_SYS_ADMIN (a container may withhold it), or run it as an unprivileged user")
-    # The forwarded signals are held while the command's process is made (one that came
-    # in between would find no process to go to, and be lost): the reaper gets any held one
-    # once it knows the process; the process lets them through with their default actions
-    # back (until its exec a signal ends it, as it would any process that early).
-    mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, [getattr(_signal, n) for n in FORWARDED])
     pid = os.fork()
     if pid == 0:
         default_signals()
@@ -211,6 +214,7 @@ def fork_under_reaper(sbxc_pid: int, namespaces: bool = False, required: bool = 
         if null > 2:
             os.close(null)
         code = exit_code(wait_for(pid))  # orphans of the command are reaped on the way
+        state["cmd"] = 0  # reaped: its pid may be another process's now
         warning = restore_limits(ctypes, libc, limits, "the sandbox's reaper")
         if warning:
             os.write(2, warning.encode())
@@ -256,6 +260,7 @@ def _start_namespace_init() -> int:
         return w
     try:
         default_signals()
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [getattr(_signal, n) for n in FORWARDED])  # held by the reaper
         _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)
         ctypes, libc = libc_handle()
         libc.prctl(PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)

@@ -126,8 +126,14 @@ def exec_failure(status: int, first: bytes, arg0: str):
     if status != 1:
         return None
     line = first.split(b"\n", 1)[0].rstrip(b"\r")
-    head = b"exec " + os.fsencode(arg0) + b": "
-    return _EXEC_ERRORS.get(line[len(head):]) if line.startswith(head) else None
+    if not line.startswith(b"exec "):
+        return None
+    path, sep, error = line[5:].rpartition(b": ")
+    want = os.fsencode(arg0)
+    # A bare name is named by the path runc found for it on the PATH.
+    if not sep or not (path == want or (b"/" not in want and path.endswith(b"/" + want))):
+        return None
+    return _EXEC_ERRORS.get(error)
 
 
 def runc_failure(msg: str) -> Refusal:
@@ -497,6 +503,7 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
                 code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             except ChildProcessError:
                 code = 125
+            watcher.made()  # runc create is over: the watcher need not wait for its lifeline
             created[0] = os.path.isdir(bundle + "/" + cid)  # runc's state folder: delete it whatever happened
             child = container_pid(pid_file)
             if code != 0 or child <= 0:

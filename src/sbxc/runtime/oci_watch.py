@@ -26,9 +26,12 @@ checks, which count sbxc's children still running.
 """
 from ..fastos import os  # the hot path's os (sbxc.fastos)
 
-SCRIPT = 'read -r said; [ "$said" = done ] && exit 0; [ "$1" = - ] || read -r _ <&"$1"; shift; exec "$@"'
+SCRIPT = ('read -r said; '
+          'if [ "$said" = made ]; then read -r said; elif [ "$said" != done ] && [ "$1" != - ]; then read -r _ <&"$1"; fi; '
+          '[ "$said" = done ] && exit 0; shift; exec "$@"')
 """``$1``: ``-``, or the descriptor of a lifeline (``Watcher.start``), waited on before the
-delete; the rest is the delete's argv."""
+delete unless sbxc said ``made`` (``Watcher.made``) first; the rest is the delete's argv."""
+MADE = b"made\n"
 DONE = b"done\n"
 
 
@@ -63,6 +66,17 @@ class Watcher:
             if null >= 0:
                 os.close(null)
         self._w = w
+
+    def made(self) -> None:
+        """The runc that made the container has ended: from here on the watcher deletes at
+        once, without waiting for its lifeline. Some runc versions (before 1.1.12) leave
+        inherited descriptors open in the container's waiting init, which would hold the
+        lifeline for as long as the container lives."""
+        if self._w >= 0:
+            try:
+                os.write(self._w, MADE)
+            except OSError:
+                pass
 
     def finish(self, stand_down: bool = True) -> None:
         """``stand_down``: the run ended as sbxc meant, the watcher exits without touching

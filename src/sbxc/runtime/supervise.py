@@ -28,16 +28,19 @@ def exit_code(status) -> int:
     return 128 - rc if rc < 0 else rc
 
 
-def deliver(signum: int, pid: int, group=None) -> None:
-    """Send ``signum`` to process group ``group`` when known and made, else to ``pid``; a
-    target that is gone (or no longer ours to signal) is no error."""
+def deliver(signum: int, pid: int, group=None, alone_if_no_group: bool = False) -> None:
+    """Send ``signum`` to process group ``group`` when known, else to ``pid``; a target
+    that is gone (or no longer ours to signal) is no error. ``alone_if_no_group``: with no
+    such group (yet), to ``pid`` itself: for a caller whose ``pid`` is its unreaped child,
+    which has not made its group yet."""
     try:
         if group:
             try:
                 os.killpg(group, signum)
                 return
             except ProcessLookupError:
-                pass  # not a group yet (the process has not made its session): the process alone
+                if not alone_if_no_group:
+                    return
         os.kill(pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
@@ -276,6 +279,10 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
 
     child = [0]
     queued = [[]]  # [signals that came before the child existed]; [None] once it does
+    # With a release (spec.release) nothing is forwarded before it: a signal then ends the
+    # run before the command (a sandbox set-up killed half-way can hang, _end_unreleased).
+    gated = [spec.release is not None]
+    held = [0]
     master = [err_r if relay is not None else -1]  # -1 once closed: its number may be reused
 
     def forward(signum, _frame):
@@ -283,6 +290,10 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
             from .ttyrelay import copy_size
 
             copy_size(2, master[0])
+        if gated[0] and child[0] > 0:
+            if signum != _signal.SIGWINCH and not held[0]:
+                held[0] = signum
+            return
         if child[0] <= 0:
             if queued[0] is not None and child[0] == 0 and signum not in queued[0]:
                 # Handled here, so the signal's own action did not end sbxc: kept for the
@@ -321,7 +332,11 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
             # lost. The parent gets any held one below, once ``child`` is set; the child
             # lets them through only with their default actions back (``_child``).
             mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, [getattr(_signal, n) for n in FORWARDED])
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except BaseException:
+                _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
+                raise
             if pid == 0:
                 _child(spec, err_w, rep_w, mask)  # never returns
         child[0] = pid
@@ -353,7 +368,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
                 pid = child[0] = waited
         if spec.release is not None and pid and not report:
             try:
-                if before_release is not None:
+                if before_release is not None and not held[0]:
                     before_release()
             except BaseException:
                 _end_unreleased(pid, spec)
@@ -362,10 +377,24 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
                     master[0] = -1
                     os.close(err_r)
                 raise
+            if held[0]:
+                # A signal came before the release: the command never starts, and the run
+                # ends with that signal's status, as its default action would end a command.
+                _end_unreleased(pid, spec)
+                child[0] = 0
+                if interpose:
+                    master[0] = -1
+                    os.close(err_r)
+                return 128 + held[0]
             if state is not None:
                 state.started = True  # set before the release: no later message may deny the run
-            if not spec.release() and state is not None:
+            released = spec.release()
+            if not released and state is not None:
                 state.started = False  # the child was gone: it never read the program
+            gated[0] = False
+            late, held[0] = held[0], 0
+            if late and released:
+                forward(late, None)  # it came during the release: the command gets it now
 
         first = b""
         status = None
