@@ -11,6 +11,7 @@ run alternately so that drift hits them all alike:
 - ``sbxc exec --policy``, the plan from the plan cache (a hit), through the launcher;
 - ``sbxc exec --plan``: a plan file (served from the plan cache's marshal copy);
 - the same cached run through pip's console script, for comparison;
+- ``python3 -I -S -c pass``: the launcher's interpreter doing nothing, the floor;
 - ``firejail --quiet --noprofile`` where firejail is installed;
 - with ``--against SBXC``: the cached run through another launcher (an older checkout's
   ``bin/sbxc``), so that a change is measured in the same alternation as the baseline.
@@ -60,6 +61,9 @@ def main() -> int:
             ("sbxc exec --plan", lambda wrap=(): startup.spawn([sbxc, "exec", "--plan", plan_path, "--", args.cmd], env,
                                                        cwd=project, wrap=wrap)),
             ("pip console script, cached", lambda wrap=(): startup.spawn([legacy, "exec", "--", args.cmd], env, cwd=project, wrap=wrap)),
+            # The floor: the launcher's interpreter starting and doing nothing.
+            ("python3 -I -S -c pass", lambda wrap=(): startup.spawn([os.path.join(venv_bin, "python3"), "-I", "-S", "-c",
+                                                                   "pass"], env, cwd=project, wrap=wrap)),
         ]
         if args.against:
             other = [startup.installed_command(args.against), "exec", "--", args.cmd]

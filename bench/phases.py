@@ -1,7 +1,7 @@
 """Where a cached ``sbxc exec`` spends its time: the phases of one run, timed in fresh
 processes started as the launcher starts them (``-I -S``, the launcher's ``sys.path``).
 
-    .venv/bin/python bench/phases.py [--runs 40] [--backend bwrap|landlock] [--cmd /bin/true]
+    .venv/bin/python bench/phases.py [--runs 40] [--backend bwrap|landlock|oci] [--cmd /bin/true]
 
 Each run is a new interpreter that runs the launcher's own start (its ``sys.path`` and
 its loader of the hot-path bundle), imports the hot path in two steps (timed), then runs
@@ -46,7 +46,7 @@ T2 = time.perf_counter_ns()
 for m, n in [(plancache, "compiler_stamp"), (plancache, "userns_facts"), (plancache, "open_plans_dir"),
              (plancache, "read_entry"), (staleness, "why_stale"), (launch, "load_plan"), (planstore, "policy_watch"),
              (cachedir, "prepare"), (owncode, "check"), (launch, "build_env"), (journal, "begin"), (RUNNER, "prepare"),
-             (supervise, "run"), (planstore, "note_policy_changes"), (journal, "finish"), (launch, "after_run")]:
+             (supervise, "run"), (planstore, "note_policy_changes"), (journal, "finish"), (launch, "after_run")] + EXTRA:
     wrap(m, n)
 real_exit = os._exit
 def leave(rc):
@@ -58,6 +58,13 @@ def leave(rc):
 os._exit = leave
 ex.exec_entry(sys.argv[2:])  # sys.argv: -c, "exec", ...
 '''
+
+
+# The OCI runner's own steps (not ``dumps``: it calls itself, and each call would be timed).
+OCI_EXTRA = """[(m, n) for m, n in [(__import__("sbxc.runtime.oci_run", fromlist=["x"]), n) for n in
+    ("_config", "make_run_dir", "_shared_parts")]] + [(__import__("sbxc.runtime.oci_watch", fromlist=["x"]).Watcher, n)
+    for n in ("start", "finish")] + [(__import__("sbxc.runtime.oci_gate", fromlist=["x"]).Gate, "release"),
+    (__import__("sbxc.runtime.probe", fromlist=["x"]), "host_program")]"""
 
 
 def launcher_prelude(sbxc: str) -> str:
@@ -74,14 +81,15 @@ def launcher_prelude(sbxc: str) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=40)
-    ap.add_argument("--backend", default="bwrap", choices=("bwrap", "landlock"))
+    ap.add_argument("--backend", default="bwrap", choices=("bwrap", "landlock", "oci"))
     ap.add_argument("--cmd", default="/bin/true")
     ap.add_argument("--sbxc", default="", help="the launcher (default: this venv's bin/sbxc)")
     args = ap.parse_args()
     sbxc = startup.installed_command(args.sbxc)
     python = os.path.join(os.path.dirname(sbxc), "python3")
-    runner = "bwrap_run" if args.backend == "bwrap" else "landlock_run"
-    code = CHILD.replace("PRELUDE", launcher_prelude(sbxc)).replace("RUNNER", runner)
+    runner = {"bwrap": "bwrap_run", "landlock": "landlock_run", "oci": "oci_run"}[args.backend]
+    code = (CHILD.replace("EXTRA", OCI_EXTRA if args.backend == "oci" else "[]")
+            .replace("PRELUDE", launcher_prelude(sbxc)).replace("RUNNER", runner))
     work, project = startup.make_project()
     root = tempfile.mkdtemp(prefix="sbxc-bench-root-", dir="/var/tmp")
     try:
