@@ -222,6 +222,39 @@ def test_apply_never_writes_through_a_planted_host_link(s, project, tmp_path):
     assert s("session", "stop", sid).rc == 0
 
 
+def test_a_link_planted_in_the_workspace_never_carries_a_rule_to_the_host(s, project):
+    """A session's command replaces a workspace folder on the way to a deeper rule (here the
+    mask's neighbour, which gets rules of its own) with a link to the host's copy. On
+    Landlock the rules are paths opened in the command's process: a plain open followed the
+    link, and the next command of the session could write the host project through it. Each
+    rule below the workspace is now reached one folder at a time without following a link,
+    and such a run is refused before the command (125, one line). On bwrap the workspace is
+    the mount source, so the link changes nothing there. The control: the first command
+    made the link, and the host's file is the one it points to."""
+    os.makedirs(os.path.join(project, "a", "b"))
+    with open(os.path.join(project, "a", "secret"), "w") as f:
+        f.write("secret\n")
+    with open(os.path.join(project, "a", "b", "f"), "w") as f:
+        f.write("original\n")
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write("sbxc: 1\nextends: [builtin:default]\nnetwork: false\nfilesystem:\n  - mask {project}/a/secret\n")
+    sid = s.start("--policy", os.path.join(project, "sandbox.policy.yaml"))
+    r = s.sh(sid, f"mv a a.orig && ln -s {project}/a a && readlink a")
+    if s.backend == "bwrap":
+        # The folders above a deeper rule are mount points in bwrap's sandbox: no rename.
+        assert r.rc != 0 and "busy" in r.err, r
+    else:
+        assert r.rc == 0 and r.out.strip() == os.path.join(project, "a"), r  # the control
+    r = s.sh(sid, "echo FROM-SESSION > a/b/f; echo done")
+    if s.backend == "landlock":
+        assert r.rc == 125 and "has a link at" in r.err and r.out == "", r
+    else:
+        assert "done" in r.out, r  # written in the workspace, where it belongs
+    with open(os.path.join(project, "a", "b", "f")) as f:
+        assert f.read() == "original\n", "the session wrote the host project through its link"
+    assert s("session", "stop", sid).rc == 0
+
+
 def test_quotas(s, project):
     with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
         f.write("sbxc: 1\nextends: [builtin:default]\nworkspace: {max_sessions: 1, max_bytes: 200K, pool: 0}\n")

@@ -85,7 +85,33 @@ def drop_privileges(ctypes, libc, is_root: bool) -> None:
         raise fail("dropping capabilities", ctypes.get_errno())
 
 
-def confine(rules, ports, fs: int, net: int, scoped: int, bpf: bytes, *, is_root: bool, parent_pid: int) -> None:
+def _open_below(top: str, path: str) -> int:
+    """O_PATH descriptor of ``path``, which lies at or below ``top``, reached one component
+    at a time from ``top`` without following a link: a folder on the way that became a link
+    is refused (Refusal), a link as the last component is returned as the link itself (its
+    rule then grants nothing). ``top`` is a folder the command may have written (a
+    session's workspace): a plain open would follow a link it planted there, and the
+    rule would reach the link's target."""
+    fd = os.open(top, _O_PATH | os.O_DIRECTORY)
+    rest = path[len(top):].strip("/")
+    parts = rest.split("/") if rest else []
+    for i, name in enumerate(parts):
+        try:
+            nfd = os.open(name, _O_PATH, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = nfd
+        if i < len(parts) - 1 and os.fstat(fd).st_mode & 0o170000 == 0o120000:
+            os.close(fd)
+            where = top.rstrip("/") + "/" + "/".join(parts[:i + 1])
+            raise Refusal(f"the session's workspace has a link at {where}, where the policy's rule for {path} needs a "
+                          "folder (the rule would reach the link's target)",
+                          "remove the link from the session's workspace, or drop the session")
+    return fd
+
+
+def confine(rules, ports, fs: int, net: int, scoped: int, bpf: bytes, *, is_root: bool, parent_pid: int,
+            no_links_below: str = "") -> None:
     """In the command's process: everything between fork and exec (see the module text)."""
     default_signals()  # the reaper's handlers are not the command's
     ctypes, libc = libc_handle()
@@ -117,7 +143,10 @@ def confine(rules, ports, fs: int, net: int, scoped: int, bpf: bytes, *, is_root
             if not rights:
                 continue
             try:
-                fd = os.open(path, _O_PATH)
+                if no_links_below and (path == no_links_below or path.startswith(no_links_below.rstrip("/") + "/")):
+                    fd = _open_below(no_links_below, path)
+                else:
+                    fd = os.open(path, _O_PATH)
             except (FileNotFoundError, NotADirectoryError):
                 continue  # gone since compile time: it gets nothing (less access, never more)
             except OSError as e:
