@@ -255,6 +255,26 @@ def test_a_link_planted_in_the_workspace_never_carries_a_rule_to_the_host(s, pro
     assert s("session", "stop", sid).rc == 0
 
 
+def test_apply_refuses_a_link_that_leaves_the_project_through_another_link(s, project):
+    """`up -> ../../..` stays in the project, and `esc -> up/../../../../etc/passwd` reads as
+    if it did too, but through `up` it is /etc/passwd. A link whose target passes through
+    another link (in the workspace or on the host) is refused; links that stay inside by
+    their text alone are applied. The controls: the plain inside link is applied and
+    resolves in the project, the plain outside one is refused as before."""
+    fill(project)
+    sid = s.start()
+    r = s.sh(sid, "mkdir -p a/b/c && ln -s ../../.. a/b/c/up && ln -s up/../../../../etc/passwd a/b/c/esc "
+                  "&& ln -s ../../../README a/b/c/ok && ln -s /etc/passwd direct && echo made")
+    assert r.rc == 0 and "made" in r.out, r
+    r = s("session", "apply", sid)
+    assert r.rc == 1, r
+    assert "refused: a/b/c/esc" in r.out and "refused: direct" in r.out, r
+    assert not os.path.lexists(os.path.join(project, "a", "b", "c", "esc"))
+    assert os.path.realpath(os.path.join(project, "a", "b", "c", "ok")) == os.path.join(project, "README")
+    assert os.path.realpath(os.path.join(project, "a", "b", "c", "up")) == project
+    assert s("session", "stop", sid).rc == 0
+
+
 def test_quotas(s, project):
     with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
         f.write("sbxc: 1\nextends: [builtin:default]\nworkspace: {max_sessions: 1, max_bytes: 200K, pool: 0}\n")

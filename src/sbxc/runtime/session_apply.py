@@ -124,17 +124,28 @@ def _exists(dir_fd: int, name: str) -> bool:
         return False
 
 
-def _link_inside(rel: str, target: str) -> bool:
+def _link_inside(rel: str, target: str, roots=()) -> bool:
+    """Whether a link at ``rel`` (in the project) with ``target`` stays in the project. Read
+    as text, then each entry the target names, walked from the link's folder, looked at in
+    every one of ``roots`` (the workspace and the host project): an entry that is a link
+    itself could lead anywhere (``up -> ../..``, then ``esc -> up/../../etc``), so none may be
+    one. With no link on the way the text is what the kernel resolves."""
     if target.startswith("/") or not target:
         return False
-    depth = rel.count("/")  # folders above the link inside the project
+    path = rel.split("/")[:-1]  # the folders above the link inside the project
     for part in target.split("/"):
         if part == "..":
-            depth -= 1
-            if depth < 0:
+            if not path:
                 return False
+            path.pop()
         elif part and part != ".":
-            depth += 1
+            path.append(part)
+            for root in roots:
+                try:
+                    if stat.S_ISLNK(os.lstat(root + "/" + "/".join(path)).st_mode):
+                        return False
+                except (FileNotFoundError, NotADirectoryError):
+                    pass
     return True
 
 
@@ -199,8 +210,8 @@ def _apply_one(project: str, ws: str, rel: str, change: str, e) -> None:
             tmp = f".sbxc-apply-{os.urandom(6).hex()}"
             if kind == "l":
                 target = os.readlink(name, dir_fd=wdir)
-                if not _link_inside(rel, target):
-                    raise Refused(f"a symlink to {target!r}, which leads out of the project")
+                if not _link_inside(rel, target, (ws, project)):
+                    raise Refused(f"a symlink to {target!r}, which leads out of the project or through another link")
                 os.symlink(target, tmp, dir_fd=hdir)
             else:
                 _copy_file(wdir, name, hdir, tmp)
