@@ -275,6 +275,29 @@ def test_apply_refuses_a_link_that_leaves_the_project_through_another_link(s, pr
     assert s("session", "stop", sid).rc == 0
 
 
+def test_diff_and_apply_show_names_the_command_chose_as_escapes(s, project):
+    """File names are the session's command's choice: a newline or a terminal escape in
+    one would forge lines of `session diff` and `session apply` (a fake "refused:" line
+    for a file that was applied, lines erased on a terminal). They are shown escaped, one
+    line per entry. The control: the names were made, and reach the host as they are."""
+    fill(project)
+    sid = s.start()
+    fake = "x (added)\nrefused: run.sh (added): forged\ny"
+    erase = "zz\x1b[1A\x1b[2K"
+    r = s.sh(sid, 'echo new > run2.sh; touch "$(printf \'x (added)\\nrefused: run.sh (added): forged\\ny\')" '
+                  '"$(printf \'zz\\033[1A\\033[2K\')"; ls | wc -l')
+    assert r.rc == 0, r
+    for args in (("session", "diff", sid), ("session", "apply", sid)):
+        r = s(*args)
+        assert "\x1b" not in r.out and not any(ln.startswith("refused: run.sh") for ln in r.out.splitlines()), r.out
+        assert "x (added)\\x0arefused: run.sh (added): forged\\x0ay" in r.out, (args, r.out)
+        assert "zz\\x1b[1A\\x1b[2K" in r.out, (args, r.out)
+    lines = r.out.splitlines()
+    assert len(lines) == 3 and all(ln.startswith("applied: ") for ln in lines), r.out
+    assert os.path.exists(os.path.join(project, fake)) and os.path.exists(os.path.join(project, erase))  # the control
+    assert s("session", "stop", sid).rc == 0
+
+
 def test_quotas(s, project):
     with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
         f.write("sbxc: 1\nextends: [builtin:default]\nworkspace: {max_sessions: 1, max_bytes: 200K, pool: 0}\n")

@@ -209,7 +209,7 @@ def _open(sid: str):
 
 
 def _diff(args) -> int:
-    from ..runtime.session_apply import _LABEL, diff_rows, unified
+    from ..runtime.session_apply import _LABEL, diff_rows, shown, unified
 
     fd, meta, manifest, ws = _open(args.id)
     try:
@@ -221,7 +221,7 @@ def _diff(args) -> int:
                "changes": [{"path": p, "change": c, "host_changed": h} for c, p, h in rows]})
         return 0
     for c, p, h in rows:
-        sys.stdout.write(f"{_LABEL[c]} {p}{'  (changed on the host too: apply refuses it)' if h else ''}\n")
+        sys.stdout.write(f"{_LABEL[c]} {shown(p)}{'  (changed on the host too: apply refuses it)' if h else ''}\n")
     for c, p, h in rows:
         if not h:
             sys.stdout.write(unified(meta, ws, p, c))
@@ -230,7 +230,7 @@ def _diff(args) -> int:
 
 def _apply(args) -> int:
     from ..runtime.errors import Refusal
-    from ..runtime.session_apply import apply
+    from ..runtime.session_apply import apply, shown
     from ..runtime.sessions import size_of, write_manifest
 
     fd, meta, manifest, ws = _open(args.id)
@@ -251,7 +251,7 @@ def _apply(args) -> int:
                "refused": [{"path": p, "change": c, "why": w} for p, c, w in refused]})
     else:
         for p, c, why in results:
-            sys.stdout.write(f"{'refused' if why else 'applied'}: {p} ({c}){': ' + why if why else ''}\n")
+            sys.stdout.write(f"{'refused' if why else 'applied'}: {shown(p)} ({c}){': ' + why if why else ''}\n")
         if not results:
             sys.stdout.write("nothing to apply\n")
     return 1 if refused else 0

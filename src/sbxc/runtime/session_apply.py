@@ -81,6 +81,22 @@ def _read_text(top: str, rel: str, limit: int):
         os.close(fd)
 
 
+def shown(name: str) -> str:
+    """A path the session's command chose, as text that cannot pass for anything else on a
+    terminal or in a listing: every character that is not printable (newlines, escape
+    sequences, bytes that are not UTF-8) and the backslash written as an escape."""
+    out = []
+    for ch in name:
+        o = ord(ch)
+        if 0xDC80 <= o <= 0xDCFF:
+            out.append(f"\\x{o - 0xDC00:02x}")  # a byte that is not UTF-8 (surrogateescape)
+        elif ch == "\\" or not ch.isprintable():
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def unified(meta: dict, ws: str, rel: str, change: str, limit: int = 1 << 20) -> str:
     """A unified diff of one file (host as it was, workspace now), or '' for binary or
     large files, folders and links."""
@@ -90,7 +106,7 @@ def unified(meta: dict, ws: str, rel: str, change: str, limit: int = 1 << 20) ->
     new = [] if change == "deleted" else _read_text(ws, rel, limit)
     if old is None or new is None:
         return ""
-    return "".join(difflib.unified_diff(old, new, f"a/{rel}", f"b/{rel}"))
+    return "".join(difflib.unified_diff(old, new, f"a/{shown(rel)}", f"b/{shown(rel)}"))
 
 
 # ------------------------------------------------------------------ apply
@@ -107,7 +123,7 @@ def _open_dirs(top: str, parts) -> int:
             try:
                 nfd = os.open(part, _RD, dir_fd=fd)
             except OSError as e:
-                raise Refused(f"{part} on the way is not a folder ({e.strerror})") from None
+                raise Refused(f"{shown(part)} on the way is not a folder ({e.strerror})") from None
             os.close(fd)
             fd = nfd
     except BaseException:
@@ -211,7 +227,7 @@ def _apply_one(project: str, ws: str, rel: str, change: str, e) -> None:
             if kind == "l":
                 target = os.readlink(name, dir_fd=wdir)
                 if not _link_inside(rel, target, (ws, project)):
-                    raise Refused(f"a symlink to {target!r}, which leads out of the project or through another link")
+                    raise Refused(f"a symlink to '{shown(target)}', which leads out of the project or through another link")
                 os.symlink(target, tmp, dir_fd=hdir)
             else:
                 _copy_file(wdir, name, hdir, tmp)
