@@ -298,6 +298,31 @@ def test_diff_and_apply_show_names_the_command_chose_as_escapes(s, project):
     assert s("session", "stop", sid).rc == 0
 
 
+def test_a_folder_the_session_made_unreadable_is_said_not_a_crash(s, project):
+    """A session's command can make a folder of its workspace unreadable (chmod 000).
+    `session diff` and `session apply` then say which folder they cannot read, in one
+    line, instead of an internal error; nothing is applied. Root reads past the mode, so
+    there both list the change. The control: the folder's mode is 000."""
+    fill(project)
+    sid = s.start()
+    r = s.sh(sid, "mkdir -p locked/inner && echo y > locked/inner/g && (chmod 000 locked || true) && echo done")
+    assert r.rc == 0 and "done" in r.out, r
+    ws = os.path.join(sessions_root(), f"s-{sid}", "ws")
+    if s.backend == "landlock" and os.geteuid() == 0:
+        os.chmod(os.path.join(ws, "locked"), 0)  # Landlock as root refuses every chmod: made here
+    assert stat.S_IMODE(os.lstat(os.path.join(ws, "locked")).st_mode) == 0  # the control
+    for args in (("session", "diff", sid), ("session", "apply", sid)):
+        r = s(*args)
+        assert "internal error" not in r.err and "Traceback" not in r.err, r
+        if os.geteuid() == 0:
+            assert r.rc == 0 and "locked" in r.out, r
+        else:
+            assert r.rc == 1 and "cannot read the folder" in r.err and "/locked" in r.err, r
+            assert not os.path.exists(os.path.join(project, "locked"))
+    os.chmod(os.path.join(ws, "locked"), 0o700)
+    assert s("session", "stop", sid).rc == 0
+
+
 def test_quotas(s, project):
     with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
         f.write("sbxc: 1\nextends: [builtin:default]\nworkspace: {max_sessions: 1, max_bytes: 200K, pool: 0}\n")

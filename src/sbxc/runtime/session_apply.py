@@ -29,6 +29,7 @@ import os
 import stat
 
 from . import session_copy as sc
+from .errors import shown  # noqa: F401 (the commands' name for it, too)
 
 _RD = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _LABEL = {"added": "A", "changed": "M", "deleted": "D"}
@@ -79,22 +80,6 @@ def _read_text(top: str, rel: str, limit: int):
         return None
     finally:
         os.close(fd)
-
-
-def shown(name: str) -> str:
-    """A path the session's command chose, as text that cannot pass for anything else on a
-    terminal or in a listing: every character that is not printable (newlines, escape
-    sequences, bytes that are not UTF-8) and the backslash written as an escape."""
-    out = []
-    for ch in name:
-        o = ord(ch)
-        if 0xDC80 <= o <= 0xDCFF:
-            out.append(f"\\x{o - 0xDC00:02x}")  # a byte that is not UTF-8 (surrogateescape)
-        elif ch == "\\" or not ch.isprintable():
-            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def unified(meta: dict, ws: str, rel: str, change: str, limit: int = 1 << 20) -> str:

@@ -135,7 +135,16 @@ def walk(top: str):
     todo = [""]
     while todo:
         rel = todo.pop()
-        with os.scandir(top + "/" + rel if rel else top) as it:
+        where = top + "/" + rel if rel else top
+        try:
+            it = os.scandir(where)
+        except PermissionError as e:
+            # A folder the session's command made unreadable (chmod 000): said, not a crash.
+            from .errors import Refusal, shown
+
+            raise Refusal(f"cannot read the folder {shown(where)} ({e.strerror})",
+                          "make it readable again (chmod u+rwx), from the session if it is the session's") from None
+        with it:
             for e in it:
                 r = rel + "/" + e.name if rel else e.name
                 st = e.stat(follow_symlinks=False)
