@@ -336,6 +336,13 @@ def test_quotas(s, project):
     r = s("session", "stop", sid, "--snapshot", "toobig")
     assert r.rc == 1 and "workspace.max_bytes" in r.err, r
     assert s.sh(sid, "rm big").rc == 0
+    # What the apply would write counts too: a sparse file and hard links hold few blocks
+    # in the workspace (under the quota: the control) but would be written out whole.
+    r = s.sh(sid, "truncate -s 100M sparse && head -c 50000 /dev/zero > f0 && for i in 1 2 3 4 5 6; do ln f0 f$i; done")
+    assert r.rc == 0 and "workspace.max_bytes" not in r.err, r
+    r = s("session", "apply", sid)
+    assert r.rc == 1 and "applying would write" in r.err and "workspace.max_bytes" in r.err, r
+    assert not os.path.exists(os.path.join(project, "sparse")) and not os.path.exists(os.path.join(project, "f0"))
     assert s("session", "stop", sid).rc == 0
     assert s.start()  # a place is free again
 

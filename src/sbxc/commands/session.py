@@ -241,7 +241,7 @@ def _apply(args) -> int:
             if size > int(limit):
                 raise Refusal(f"session {args.id}'s workspace holds {size} bytes, more than workspace.max_bytes "
                               f"({limit}); nothing was applied", "remove what it does not need, or raise the quota")
-        results = apply(manifest, meta, ws, args.paths)
+        results = apply(manifest, meta, ws, args.paths, max_bytes=limit)
         write_manifest(fd, manifest)
     finally:
         os.close(fd)

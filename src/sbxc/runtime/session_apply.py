@@ -249,13 +249,33 @@ def selected(rows: dict, project: str, paths) -> dict:
             if any(w == "" or (not w.startswith("..") and (r == w or r.startswith(w + "/"))) for w in want)}
 
 
-def apply(manifest: dict, meta: dict, ws: str, paths=()) -> list:
+def apply(manifest: dict, meta: dict, ws: str, paths=(), max_bytes=None) -> list:
     """Apply the session's changes (those at or under ``paths``, or all): returns
-    [(path, change, None or why it was refused)]."""
+    [(path, change, None or why it was refused)]. ``max_bytes``: the session's quota, also
+    for what the apply would write (Refusal, nothing applied, when that is more)."""
     from . import journal
 
     project = meta["project"]
     todo = selected(session_changes(manifest, meta, ws), project, paths)
+    if max_bytes is not None:
+        # The workspace's quota counts the blocks it holds, each file once; the apply
+        # writes every path's whole length: a sparse file, or one file under forty hard
+        # links, would write far more into the project than the quota let the session hold.
+        total = 0
+        for rel, change in todo.items():
+            if change != "deleted":
+                try:
+                    st = os.lstat(ws + "/" + rel)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+        if total > int(max_bytes):
+            from .errors import Refusal
+
+            raise Refusal(f"applying would write {total} bytes into the project, more than workspace.max_bytes "
+                          f"({max_bytes}); nothing was applied", "apply fewer paths (sbxc session apply ID PATH...), "
+                          "or raise the quota")
     # Deletions deepest first (a folder's contents before it); the rest parents first.
     order = [kv for kv in todo.items() if kv[1] != "deleted"] + sorted(
         (kv for kv in todo.items() if kv[1] == "deleted"), key=lambda kv: -kv[0].count("/"))
