@@ -323,6 +323,38 @@ def test_a_folder_the_session_made_unreadable_is_said_not_a_crash(s, project):
     assert s("session", "stop", sid).rc == 0
 
 
+KILL_IN_COPY = r"""
+import os, sys
+from sbxc.runtime import session_apply
+real_write = os.write
+def write(fd, data):
+    n = real_write(fd, data)
+    if len(data) >= 1 << 20:
+        os.kill(os.getpid(), 9)  # half-way through a file's copy into the project
+    return n
+session_apply.os.write = write
+from sbxc.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_an_apply_killed_half_way_leaves_no_partial_file(s, project):
+    """sbxc killed (SIGKILL) while it copies a file into the project: the copy was still
+    unnamed, so nothing of it is in the project. The control: the kill came during the
+    copy (the apply died with it), and a second apply applies the file whole."""
+    fill(project)
+    sid = s.start()
+    assert s.sh(sid, "head -c 3000000 /dev/urandom > big").rc == 0
+    p = subprocess.run([sys.executable, "-c", KILL_IN_COPY, "session", "apply", sid], env=base_env(s.home),
+                       cwd=project, capture_output=True, timeout=60)
+    assert p.returncode == -9, p  # the control
+    assert not [n for n in os.listdir(project) if n.startswith(".sbxc-apply-")], os.listdir(project)
+    assert not os.path.exists(os.path.join(project, "big"))
+    r = s("session", "apply", sid)
+    assert r.rc == 0 and os.path.getsize(os.path.join(project, "big")) == 3000000, r
+    assert s("session", "stop", sid).rc == 0
+
+
 def test_quotas(s, project):
     with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
         f.write("sbxc: 1\nextends: [builtin:default]\nworkspace: {max_sessions: 1, max_bytes: 200K, pool: 0}\n")

@@ -156,15 +156,28 @@ def _copy_file(src_dir: int, name: str, dst_dir: int, tmp: str) -> None:
         st = os.fstat(sfd)
         if not stat.S_ISREG(st.st_mode):
             raise Refused("it is not a regular file any more")
-        dfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst_dir)
+        # The copy is written unnamed (O_TMPFILE) and given its temporary name only once
+        # whole: an apply killed half-way leaves no partial file in the project. Where the
+        # file system has no O_TMPFILE, the temporary name from the start.
+        try:
+            dfd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=dst_dir)
+            unnamed = True
+        except (OSError, AttributeError):
+            dfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                          dir_fd=dst_dir)
+            unnamed = False
         try:
             while True:
                 b = os.read(sfd, 1 << 20)
                 if not b:
                     break
-                os.write(dfd, b)
+                view = memoryview(b)
+                while view:
+                    view = view[os.write(dfd, view):]
             # Permission bits only: a set-uid bit made in a sandbox never reaches the host.
             os.fchmod(dfd, stat.S_IMODE(st.st_mode) & 0o777)
+            if unnamed:
+                os.link(f"/proc/self/fd/{dfd}", tmp, dst_dir_fd=dst_dir, follow_symlinks=True)
         finally:
             os.close(dfd)
     finally:
