@@ -355,6 +355,35 @@ def test_an_apply_killed_half_way_leaves_no_partial_file(s, project):
     assert s("session", "stop", sid).rc == 0
 
 
+def test_a_killed_ephemeral_run_leaves_no_session_that_takes_a_place(s, project):
+    """`exec --ephemeral` makes a session for one run and removes it after. sbxc killed
+    with SIGKILL cannot remove it: such a session is left locked by nobody, listed as
+    interrupted, and the next start removes it instead of counting it against
+    workspace.max_sessions. The control: while the run lived, `session list` showed it."""
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write("sbxc: 1\nextends: [builtin:default]\nnetwork: false\nworkspace: {max_sessions: 1, pool: 0}\n")
+    for _ in range(2):
+        p = subprocess.Popen(sbxc_argv("exec", "--backend", s.backend, "--ephemeral", "--", "sleep", "30"),
+                             env=base_env(s.home), cwd=project, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "an exec --ephemeral runs in it" not in s("session", "list").out:
+            time.sleep(0.1)
+        assert "an exec --ephemeral runs in it" in s("session", "list").out  # the control
+        os.killpg(p.pid, signal.SIGKILL)  # sbxc and its sandbox: nothing can clean up
+        p.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "[interrupted" not in s("session", "list").out:
+            time.sleep(0.1)
+        assert "[interrupted" in s("session", "list").out
+    sid = s.start()  # the one place is free: the leftovers went
+    listing = s("session", "list").out
+    assert "[interrupted" not in listing and sid in listing, listing
+    assert s("exec", "--backend", s.backend, "--ephemeral", "--", "true").rc == 125  # the place is taken
+    assert s("session", "stop", sid).rc == 0
+    assert s("exec", "--backend", s.backend, "--ephemeral", "--", "true").rc == 0
+
+
 def test_quotas(s, project):
     with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
         f.write("sbxc: 1\nextends: [builtin:default]\nworkspace: {max_sessions: 1, max_bytes: 200K, pool: 0}\n")

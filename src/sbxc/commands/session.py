@@ -178,8 +178,9 @@ def _list(args) -> int:
     if not rows:
         sys.stdout.write("no sessions or snapshots\n")
     for r in rows:
-        state = "" if r["state"] == "ready" else f"  [{r['state']}: " + (
-            "start in progress]" if r["state"] == "starting" else f"the start did not complete; sbxc session stop {r['name']}]")
+        state = "" if r["state"] == "ready" else f"  [{r['state']}: " + {
+            "starting": "start in progress]", "ephemeral": "an exec --ephemeral runs in it]"}.get(
+            r["state"], f"the start did not complete, or its run was killed; sbxc session stop {r['name']}]")
         sys.stdout.write(f"{r['kind']:8} {r['name']:14} {human_size(r['bytes']):>8} {r['age_s'] or 0:>6}s  "
                          f"{r['project']}{state}\n")
     for p in pool:

@@ -31,10 +31,14 @@ def run(session, ephemeral: bool, policy, plan, backend, network, cmd, environ, 
 
             settings = dict((pf.get("runtime") or {}).get("workspace") or {})
             settings["pool"] = 0  # one run: a ready copy for the next would outlive it for nothing
-            session = start(pf["runtime"]["project"], settings, environ, policy=policy or "")["id"]
-        fd, meta = open_session(store_fd, session)
+            # Locked from its making to its removal: killed, it is a leftover the next
+            # start removes (session_start._quota_sessions).
+            made = start(pf["runtime"]["project"], settings, environ, policy=policy or "", ephemeral=True)
+            session, fd, meta = made["id"], made["fd"], made["meta"]
+        else:
+            fd, meta = open_session(store_fd, session)
         try:
-            if not try_lock(fd, shared=True):
+            if not ephemeral and not try_lock(fd, shared=True):
                 raise Refusal(f"session {session} is being stopped", "start another session")
             if not ephemeral:
                 if policy is None and plan is None and meta.get("policy"):

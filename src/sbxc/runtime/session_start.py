@@ -54,6 +54,12 @@ def _stage(ws: str, staged, environ) -> list:
 # ------------------------------------------------------------------ start / stop
 
 def _quota_sessions(store_fd: int, project: str, limit) -> None:
+    # An --ephemeral run's session that no process holds was left by an sbxc that was
+    # killed: nobody can use it again (its id was never shown), so it goes, and never
+    # takes a place (the store's lock is held: no start is between its steps).
+    for e in sessions_of(store_fd, project):
+        if e.meta.get("state") == "ephemeral" and e.state == "interrupted":
+            remove_entry(store_fd, e.dir)
     if limit is None:
         return
     have = sessions_of(store_fd, project)
@@ -63,11 +69,15 @@ def _quota_sessions(store_fd: int, project: str, limit) -> None:
                                          "workspace.max_sessions in the policy")
 
 
-def start(project: str, settings: dict, environ, from_snapshot: str = "", stage=(), policy: str = "") -> dict:
+def start(project: str, settings: dict, environ, from_snapshot: str = "", stage=(), policy: str = "",
+          ephemeral: bool = False) -> dict:
     """Make a session of ``project`` (a real path): returns {id, method, source, workspace,
     pool_check} (pool_check: how a ready copy was found current, ``take_ready``; "" for a
     fresh copy).
-    ``settings``: the plan's ``runtime.workspace`` (quotas, pool, policy staging)."""
+    ``settings``: the plan's ``runtime.workspace`` (quotas, pool, policy staging).
+    ``ephemeral``: for one ``exec --ephemeral``: its state says so, and the folder stays
+    open and locked for the caller (``fd`` and ``meta`` in the result), so that it is never
+    unlocked while the run lives; unlocked, it is a leftover (``_quota_sessions``)."""
     from .sessions import open_store
 
     store_fd = open_store(environ)
@@ -105,12 +115,16 @@ def start(project: str, settings: dict, environ, from_snapshot: str = "", stage=
                     manifest = sc.record(project, f"{store}/{name}/ws", started)
                 write_manifest(fd, manifest)
             staged = _stage(f"{store}/{name}/ws", list(settings.get("stage") or ()) + list(stage), environ)
-            meta.update(state="ready", ready_ns=sc.now_ns(), method=how, staged="\x1f".join(staged))
+            meta.update(state="ephemeral" if ephemeral else "ready", ready_ns=sc.now_ns(), method=how,
+                        staged="\x1f".join(staged))
             write_meta(fd, meta)
         except BaseException:
             os.close(fd)
             remove_entry(store_fd, name)
             raise
+        if ephemeral:
+            return {"id": sid, "method": how, "source": project, "workspace": f"{store}/{name}/ws",
+                    "pool_check": checked, "fd": fd, "meta": meta}
         os.close(fd)
         if not kept:
             # A keeper that answered refills the pool itself once this start hangs up.

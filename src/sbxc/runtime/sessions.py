@@ -195,6 +195,8 @@ class Entry:
 def entry_state(store_fd: int, name: str, meta: dict) -> str:
     if meta.get("state") == "ready":
         return "ready"
+    # "starting" (a start in progress) or "ephemeral" (an exec --ephemeral's, locked for
+    # as long as its run lives): with nobody holding the lock, "interrupted".
     try:
         fd = os.open(name, _RD, dir_fd=store_fd)
     except OSError:
@@ -202,7 +204,7 @@ def entry_state(store_fd: int, name: str, meta: dict) -> str:
     try:
         if try_lock(fd):
             return "interrupted"  # nobody holds it: the process that was filling it is gone
-        return "starting"
+        return "ephemeral" if meta.get("state") == "ephemeral" else "starting"
     finally:
         os.close(fd)
 
