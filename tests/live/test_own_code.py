@@ -84,3 +84,44 @@ def test_control_venv_outside_project_runs(project, home, tmp_path, backend):
     r = _sbxc(venv, project, home, backend, "sh", "-c", 'echo "raise SystemExit(3)" >> "$1"', "sh", init)
     assert r.rc != 0, r
     assert open(init).read() == before
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_library_folder_on_ld_library_path_in_the_project_is_refused(project, home, tmp_path, backend):
+    """The dynamic loader reads LD_LIBRARY_PATH before the interpreter runs: a folder on it
+    that the plan lets the command write is a place to plant a library (a libz.so.1 there)
+    that the next sbxc run maps unsandboxed. Refused like a writable package folder (125,
+    one line naming it); an empty entry is the current folder. The controls: the same run
+    with that folder off LD_LIBRARY_PATH (or with a folder outside the project on it) runs."""
+    if not _available(backend):
+        pytest.fail(f"{backend} is not usable on this host")
+    libs = os.path.join(project, "libs")
+    os.mkdir(libs)
+    outside = tmp_path / "outside-libs"
+    outside.mkdir()
+
+    def go(value):
+        env = base_env(home, {"LD_LIBRARY_PATH": value} if value is not None else None)
+        return run([sys.executable, "-m", "sbxc", "exec", "--backend", backend, "--", "true"], env=env, cwd=project)
+
+    for value in (libs, f"{outside}:{libs}", f"{outside}:"):
+        r = go(value)
+        assert r.rc == 125 and "sbxc runs its own code from " in r.err and r.err.count("\n") == 1, (value, r)
+        assert (libs if value != f"{outside}:" else project) in r.err, (value, r)
+    assert go(None).rc == 0  # the controls
+    assert go(str(outside)).rc == 0
+
+
+def test_a_plan_that_writes_the_loaders_files_is_refused(project, home):
+    """`write /etc` would let a command make /etc/ld.so.preload, which the loader maps into
+    every program, sbxc's next start among them. Refused; the control: `read /etc` runs."""
+    if not _available("bwrap"):
+        pytest.fail("bwrap is not usable on this host")
+    for access, want in (("write", 125), ("read", 0)):
+        with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+            f.write(f"sbxc: 1\nextends: [builtin:default]\nnetwork: false\nfilesystem:\n  - {access} /etc\n")
+        r = run([sys.executable, "-m", "sbxc", "exec", "--backend", "bwrap", "--", "true"], env=base_env(home),
+                cwd=project)
+        assert r.rc == want, (access, r)
+        if want:
+            assert "/etc/ld.so" in r.err, r

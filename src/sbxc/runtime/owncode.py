@@ -1,9 +1,10 @@
 """Refuse a run whose command could rewrite the code sbxc itself runs from.
 
 sbxc runs unsandboxed. If its package, its interpreter or a folder on ``sys.path`` (the
-standard library, the site-packages sbxc and its dependencies load from) lies where the
-plan lets the command write, one command can plant code there and the next ``sbxc exec``
-runs it outside any sandbox. Only the filesystem can say where sbxc came from, so this is
+standard library, the site-packages sbxc and its dependencies load from), or what the
+dynamic loader reads before any of that (the shared objects sbxc maps, ``LD_LIBRARY_PATH``,
+``LD_PRELOAD``, /etc/ld.so.*), lies where the plan lets the command write, one command can
+plant code there and the next ``sbxc exec`` runs it outside any sandbox. Only the filesystem can say where sbxc came from, so this is
 checked on every run: a few ``realpath`` calls, no imports beyond ``os`` and ``sys``.
 
 Not covered, because no check can be: a ``python -m sbxc`` started in a folder the sandbox
@@ -21,18 +22,49 @@ FIX = ("install sbxc outside anything the policy makes writable (e.g. with scrip
        "folder of your own), or make its folder read-only in the policy")
 
 
+LOADER_FILES = ("/etc/ld.so.preload", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
+"""What the dynamic loader reads before the interpreter runs, whether or not it exists (a
+writable /etc could make ld.so.preload)."""
+
+
+def loader_paths() -> list:
+    """What the dynamic loader takes code from for sbxc's next start: the shared objects
+    this process has mapped (libc, the interpreter's libraries, libffi and libseccomp once
+    loaded), the folders on ``LD_LIBRARY_PATH`` (an empty entry is the current folder) and
+    the files of ``LD_PRELOAD`` of sbxc's own environment, and the loader's files in /etc."""
+    out = list(LOADER_FILES)
+    env = os.environ
+    for entry in (env.get("LD_LIBRARY_PATH") or "").split(":") if "LD_LIBRARY_PATH" in env else ():
+        out.append(entry if entry else os.getcwd())
+    out += [p for p in (env.get("LD_PRELOAD") or "").replace(":", " ").split() if p.startswith("/")]
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            maps = f.read()
+    except OSError:
+        maps = b""
+    seen = set()
+    for line in maps.split(b"\n"):
+        at = line.find(b" /")
+        if at > 0 and b".so" in line and not line.endswith(b" (deleted)"):
+            path = line[at + 1:].decode("utf-8", "surrogateescape")
+            if path not in seen:
+                seen.add(path)
+                out.append(path)
+    return out
+
+
 def own_paths(also=()) -> list:
     """Real paths of what sbxc's process loads code from: its package folder, the
-    interpreter and its prefix, and each existing ``sys.path`` entry; then the real path
-    of each of ``also``. Resolved together (``safeopen.real_paths``): they share most of
-    their folders (``/usr``, the venv), and resolving each on its own would lstat those
-    again for every path."""
+    interpreter and its prefix, and each existing ``sys.path`` entry, what the dynamic
+    loader takes (``loader_paths``); then the real path of each of ``also``. Resolved
+    together (``safeopen.real_paths``): they share most of their folders (``/usr``, the
+    venv), and resolving each on its own would lstat those again for every path."""
     entries = list(sys.path)
     # The entry Python adds for ``-m`` / a script when not isolated (see the docstring).
     if entries and not sys.flags.safe_path and not sys.flags.isolated:
         entries = entries[1:]
     # sbxc's package folder: this file is sbxc/runtime/owncode.py.
-    names = [__file__, sys.executable, sys.prefix] + [e for e in entries if e and os.path.exists(e)]
+    names = [__file__, sys.executable, sys.prefix] + [e for e in entries if e and os.path.exists(e)] + loader_paths()
     paths = real_paths(names + list(also))
     paths[0] = os.path.dirname(os.path.dirname(paths[0]))
     return paths
