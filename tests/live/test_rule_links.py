@@ -6,8 +6,11 @@ behind it can be read through it."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
+
+from conftest import base_env, run
 
 pytestmark = pytest.mark.live
 
@@ -121,3 +124,50 @@ def test_compiled_bundle_never_follows_a_link_already_in_its_rootfs(tmp_path, pr
     r = run(sbxc_argv("compile", "--backend", "oci", "-o", str(bad)), env=base_env(home), cwd=project)
     assert r.rc != 0, r
     assert os.listdir(elsewhere) == [], os.listdir(elsewhere)
+
+
+SWAP_BEFORE_CONFINE = r"""
+import os, sys
+from sbxc.runtime import landlock_run
+real = landlock_run.confine
+def confine(*args, **kw):
+    # As a command of another run of this project would, between sbxc's checks and the
+    # command's own Landlock rules: a folder on the way to a rule becomes a link.
+    p = os.environ["SBXC_TEST_PROJECT"]
+    os.rename(p + "/a", p + "/a.moved")
+    os.symlink(os.environ["SBXC_TEST_ELSEWHERE"], p + "/a")
+    return real(*args, **kw)
+landlock_run.confine = confine
+from sbxc.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_landlock_never_carries_a_project_rule_through_a_link_made_since_the_checks(project, home, tmp_path):
+    """The plan's rule paths are real paths; a folder on the way to one, under the project,
+    that became a link after sbxc's checks (a run of the same project can do that while
+    this one starts) would carry the rule to the link's target. Landlock's rules below the
+    project are opened one folder at a time without following a link, and such a run is
+    refused (125, one line). The control: the same run without the swap writes the
+    project's file, and the target folder was the one the link named."""
+    from sbxc.runtime.probe import landlock_abi
+
+    if landlock_abi() < 1:
+        pytest.fail("Landlock is not available here")
+    os.makedirs(os.path.join(project, "a", "b"))
+    with open(os.path.join(project, "a", "secret"), "w") as f:
+        f.write("s\n")
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "b").mkdir(parents=True)
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write("sbxc: 1\nextends: [builtin:default]\nbackend: landlock\nnetwork: false\nfilesystem:\n"
+                "  - mask {project}/a/secret\n")
+    env = base_env(home)
+    r = run([sys.executable, "-m", "sbxc", "exec", "--", "sh", "-c", "echo ok > a/b/f"], env=env, cwd=project)
+    assert r.rc == 0 and open(os.path.join(project, "a", "b", "f")).read() == "ok\n", r  # the control
+    env.update(SBXC_TEST_PROJECT=project, SBXC_TEST_ELSEWHERE=str(elsewhere))
+    r = run([sys.executable, "-c", SWAP_BEFORE_CONFINE, "exec", "--", "sh", "-c", f"echo bad > {elsewhere}/b/f"],
+            env=env, cwd=project)
+    assert os.readlink(os.path.join(project, "a")) == str(elsewhere)  # the swap was made
+    assert r.rc == 125 and "is a link now" in r.err and r.err.count("\n") == 1, r
+    assert not (elsewhere / "b" / "f").exists()

@@ -104,9 +104,9 @@ def _open_below(top: str, path: str) -> int:
         if i < len(parts) - 1 and os.fstat(fd).st_mode & 0o170000 == 0o120000:
             os.close(fd)
             where = top.rstrip("/") + "/" + "/".join(parts[:i + 1])
-            raise Refusal(f"the session's workspace has a link at {where}, where the policy's rule for {path} needs a "
-                          "folder (the rule would reach the link's target)",
-                          "remove the link from the session's workspace, or drop the session")
+            raise Refusal(f"{where} is a link now, where the policy's rule for {path} needs a folder (the rule would "
+                          "reach the link's target; a sandboxed command may have made it)",
+                          "remove the link (in a session: from its workspace, or drop the session), then run again")
     return fd
 
 

@@ -145,8 +145,12 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
         # Asked here, in the command's own process: its stderr may be sbxc's relay
         # pseudo-terminal (supervise, ttyrelay), not sbxc's terminal.
         ttys = [(name, _TTY_RIGHTS & fs, "file") for name in stdio_terminals()] if low.get("stdio_ttys") else []
+        # Below the folder the command's runs write (the session's workspace, else the
+        # project) no rule path may pass through a link: the plan's paths are real ones,
+        # and a link there is one a command (a run of this project still going) made since.
         confine(rules + ttys, ports, fs, net, scoped, bpf, is_root=ctx.is_root, parent_pid=parent,
-                no_links_below=ctx.workspace.path if ctx.workspace is not None else "")
+                no_links_below=ctx.workspace.path if ctx.workspace is not None else
+                ctx.project if ctx.project not in ("", "/") else "")
 
     # The command's own process execs it, so the name is looked up as its shell would;
     # the core answered 127 already for a program not on PATH.
