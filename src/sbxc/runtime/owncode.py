@@ -27,11 +27,13 @@ LOADER_FILES = ("/etc/ld.so.preload", "/etc/ld.so.cache", "/etc/ld.so.conf", "/e
 writable /etc could make ld.so.preload)."""
 
 
-def loader_paths() -> list:
-    """What the dynamic loader takes code from for sbxc's next start: the shared objects
-    this process has mapped (libc, the interpreter's libraries, libffi and libseccomp once
-    loaded), the folders on ``LD_LIBRARY_PATH`` (an empty entry is the current folder) and
-    the files of ``LD_PRELOAD`` of sbxc's own environment, and the loader's files in /etc."""
+def loader_paths() -> tuple[list, list]:
+    """What the dynamic loader takes code from for sbxc's next start: (paths to resolve,
+    real paths). To resolve: the loader's files in /etc, the folders on ``LD_LIBRARY_PATH``
+    (an empty entry is the current folder) and the files of ``LD_PRELOAD`` of sbxc's own
+    environment. Real already: the shared objects this process has mapped (libc, the
+    interpreter's libraries, libffi and libseccomp once loaded), as the kernel names them
+    in /proc/self/maps, with no link in them."""
     out = list(LOADER_FILES)
     env = os.environ
     for entry in (env.get("LD_LIBRARY_PATH") or "").split(":") if "LD_LIBRARY_PATH" in env else ():
@@ -42,15 +44,14 @@ def loader_paths() -> list:
             maps = f.read()
     except OSError:
         maps = b""
-    seen = set()
+    mapped = []
     for line in maps.split(b"\n"):
         at = line.find(b" /")
         if at > 0 and b".so" in line and not line.endswith(b" (deleted)"):
             path = line[at + 1:].decode("utf-8", "surrogateescape")
-            if path not in seen:
-                seen.add(path)
-                out.append(path)
-    return out
+            if path not in mapped:
+                mapped.append(path)
+    return out, mapped
 
 
 def own_paths(also=()) -> list:
@@ -64,8 +65,10 @@ def own_paths(also=()) -> list:
     if entries and not sys.flags.safe_path and not sys.flags.isolated:
         entries = entries[1:]
     # sbxc's package folder: this file is sbxc/runtime/owncode.py.
-    names = [__file__, sys.executable, sys.prefix] + [e for e in entries if e and os.path.exists(e)] + loader_paths()
-    paths = real_paths(names + list(also))
+    loader, mapped = loader_paths()
+    names = [__file__, sys.executable, sys.prefix] + [e for e in entries if e and os.path.exists(e)] + loader
+    resolved = real_paths(names + list(also))
+    paths = resolved[:len(names)] + mapped + resolved[len(names):]
     paths[0] = os.path.dirname(os.path.dirname(paths[0]))
     return paths
 
