@@ -41,6 +41,22 @@ def test_a_valid_policy_compiles(tmp_path):
     assert [s[0] for s in r.sources][-1].startswith("builtin:") or any(p == "builtin:default" for p, _ in r.sources)
 
 
+def test_a_file_that_is_no_policy_is_named_but_never_quoted(tmp_path):
+    """A file that is no policy (a password file extended by mistake, or by a planted
+    policy) is refused without its text in any message: a plain string document by its
+    kind (SBX008), a document that parses as a mapping but has no `sbxc:` key by that alone
+    (SBX016; none of its keys is checked, so none is quoted). The control: a policy with
+    `sbxc: 1` gets its unknown key shown, as a did-you-mean needs."""
+    for text, code in (("root:x:0:0:root:c2VjcmV0:/bin/bash", "SBX008"),
+                       ("root:$6$c2VjcmV0LWhhc2g$xyz:19000:0:99999:7:::", "SBX016")):
+        r = compile_bytes(tmp_path, text.encode() + b"\n")
+        only(r, code)
+        shown = " ".join(f"{x.message} {x.hint or ''}" for x in r.diagnostics)
+        assert "c2VjcmV0" not in shown and "root" not in shown, shown
+    r = compile_bytes(tmp_path, b"sbxc: 1\nc2VjcmV0: 1\n")
+    assert any("c2VjcmV0" in x.message for x in r.diagnostics), [x.message for x in r.diagnostics]
+
+
 def test_ten_megabytes_is_refused_quickly(tmp_path):
     t = time.monotonic()
     r = compile_bytes(tmp_path, b"sbxc: 1\n" + b"# padding\n" * (1 << 20))

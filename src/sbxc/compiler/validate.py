@@ -358,6 +358,12 @@ def _check_string(node: YScalar, f: Field, key: str, diags: list[Diagnostic]):
 def check_document(path: str, tree: YMap, diags: list[Diagnostic]) -> PolicyDoc:
     doc = PolicyDoc(path)
     sch = schema()
+    if not any(kn.value == "sbxc" for kn, _ in tree.items):
+        # No `sbxc:` key: maybe no policy at all (an `extends` of a password file parses as
+        # a mapping too). Nothing else of it is checked, so none of its text is quoted back.
+        diags.append(diag("SBX016", Span(path, 1, 1, 1, 2), key="sbxc",
+                          hint="a policy file starts with `sbxc: 1`; nothing else of this file was read"))
+        return doc
     for kn, vn in tree.items:
         name = kn.value
         f = sch.get(name) if isinstance(name, str) else None

@@ -388,6 +388,8 @@ def load_yaml(src: SourceFile, diags: list[Diagnostic]) -> Optional[YNode]:
         if hasattr(loader, "dispose"):
             loader.dispose()
     if not isinstance(tree, YMap):
-        diags.append(diag("SBX008", tree.span, got=type_name(tree), hint="start with `sbxc: 1`"))
+        # The kind only, never the text: a file that is no policy at all (an `extends` of
+        # /etc/shadow, say) must not have its content printed.
+        diags.append(diag("SBX008", tree.span, got=type_name(tree).split(" (", 1)[0], hint="start with `sbxc: 1`"))
         return None
     return tree
