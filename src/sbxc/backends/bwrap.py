@@ -210,22 +210,18 @@ def lower(plan: Plan, host) -> Lowered:
         from . import seccomp
 
         seccomp_hex = seccomp.compile_filter(plan.syscalls, host.arch, purpose="bwrap", network=net).hex()
-        verdicts.append(verdict(NAME, "syscalls", ENFORCED, _first_span(plan)))
+        verdicts.append(verdict(NAME, "syscalls", ENFORCED, plan.syscalls.span))
         verdicts.append(verdict(NAME, "socket families", NARROWED, BUILTIN_SPAN, seccomp.families_verdict_text()))
     except Exception as e:  # missing libseccomp, unknown syscall, unsupported arch
-        verdicts.append(verdict(NAME, "syscalls", NOT_ENFORCEABLE, _first_span(plan),
+        verdicts.append(verdict(NAME, "syscalls", NOT_ENFORCEABLE, plan.syscalls.span,
                                 f"the seccomp filter could not be built: {e}"))
 
     # --unshare-ipc: System V objects and POSIX message queues are the sandbox's own;
     # --unshare-pid: every pid the command can name is inside.
     verdicts.append(verdict(NAME, "ipc", ENFORCED, BUILTIN_SPAN))
     verdicts.append(verdict(NAME, "processes", ENFORCED, BUILTIN_SPAN))
-    verdicts.append(verdict(NAME, "env", ENFORCED, _first_span(plan)))
+    verdicts.append(verdict(NAME, "env", ENFORCED, plan.env.span))
     return Lowered(NAME, {"bwrap": host.bwrap, "argv": argv, "seccomp": seccomp_hex, "network": net.mode}, tuple(verdicts))
-
-
-def _first_span(plan: Plan):
-    return plan.fs[0].span if plan.fs else BUILTIN_SPAN
 
 
 def host_subject(h) -> str:

@@ -420,7 +420,7 @@ def lower(plan: Plan, host) -> Lowered:
     try:
         bpf = seccomp.compile_filter(plan.syscalls, getattr(host, "arch", "x86_64"), purpose="landlock", network=net,
                                      root_metadata=L.host_is_root, host_ipc=not L.host_is_root)
-        L.v("syscalls", ENFORCED, BUILTIN_SPAN)
+        L.v("syscalls", ENFORCED, plan.syscalls.span)
         if L.host_is_root:
             L.v("metadata (root)", NARROWED, BUILTIN_SPAN,
                 "as root, chmod, chown and extended attributes (ACLs) are refused everywhere: no Landlock ABI "
@@ -428,7 +428,7 @@ def lower(plan: Plan, host) -> Lowered:
                 "outputs fails too; times can still change); use bwrap for root")
     except (ValueError, OSError, ImportError) as e:  # unknown name, unsupported arch, no libseccomp
         bpf = b""  # the runner refuses a plan without a filter
-        L.v("syscalls", NOT_ENFORCEABLE, BUILTIN_SPAN, f"the seccomp filter could not be built: {e}")
+        L.v("syscalls", NOT_ENFORCEABLE, plan.syscalls.span, f"the seccomp filter could not be built: {e}")
     data = {
         "min_abi": plan.landlock.min_abi,
         "best_effort": plan.landlock.best_effort,

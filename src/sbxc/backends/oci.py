@@ -304,12 +304,11 @@ def lower(plan: Plan, host) -> Lowered:
         "maskedPaths": list(PROC_MASKED),
         "readonlyPaths": sorted(set(PROC_READONLY) | set(readonly)),
     }
-    span0 = plan.fs[0].span if plan.fs else BUILTIN_SPAN
     try:
         linux["seccomp"] = seccomp_json(plan, host.arch)
         from .seccomp import families_verdict_text
 
-        verdicts.append(verdict(NAME, "syscalls", ENFORCED, span0))
+        verdicts.append(verdict(NAME, "syscalls", ENFORCED, plan.syscalls.span))
         verdicts.append(verdict(NAME, "socket families", NARROWED, BUILTIN_SPAN, families_verdict_text()))
         # The profile lists the native architecture only: listing i386 or x32 would apply
         # the default ALLOW to their calls (socketcall and the rest). The runtime spec has
@@ -318,7 +317,8 @@ def lower(plan: Plan, host) -> Lowered:
                                 "a call through another ABI (i386 int 0x80, x32) kills the process with SIGSYS "
                                 "instead of failing with EPERM"))
     except Exception as e:  # missing libseccomp, unknown syscall, unsupported arch
-        verdicts.append(verdict(NAME, "syscalls", NOT_ENFORCEABLE, span0, f"the seccomp profile could not be built: {e}"))
+        verdicts.append(verdict(NAME, "syscalls", NOT_ENFORCEABLE, plan.syscalls.span,
+                                f"the seccomp profile could not be built: {e}"))
 
     if net.mode == NET_ON:
         verdicts += host_network_verdicts(NAME, net, host.landlock_abi)
@@ -354,7 +354,7 @@ def lower(plan: Plan, host) -> Lowered:
         verdicts.append(verdict(NAME, "uid", ENFORCED, BUILTIN_SPAN,
                                 "the command runs as uid 0 of its own user namespace, which is the caller "
                                 "(rootless runc maps one id, the container's root) and holds no capabilities"))
-    verdicts.append(verdict(NAME, "env", ENFORCED, span0))
+    verdicts.append(verdict(NAME, "env", ENFORCED, plan.env.span))
 
     # With a read-only bind of the host's / over the rootfs (``read /``), root.readonly
     # stays false: runc makes a read-only root with a bind remount that drops nosuid and

@@ -434,11 +434,12 @@ def _env(es: EnvSettings, diags: list) -> EnvPlan:
             if leaked:
                 diags.append(diag("SBX044", v.span, glob=v.value, example=leaked[0],
                                   hint="name the variables one by one, or narrow the glob"))
-    return EnvPlan(tuple(sorted({v.value for v in es.passed})), es.set)
+    return EnvPlan(tuple(sorted({v.value for v in es.passed})), es.set, es.span or BUILTIN_SPAN)
 
 
 def _syscalls(ss: SyscallSettings) -> SyscallPlan:
-    return SyscallPlan(tuple(sorted(set(BUILTIN_DENY) | set(ss.deny))), bool(ss.allow_unix_sockets.value))
+    return SyscallPlan(tuple(sorted(set(BUILTIN_DENY) | set(ss.deny))), bool(ss.allow_unix_sockets.value),
+                       ss.span or BUILTIN_SPAN)
 
 
 def _landlock(ls: LandlockSettings) -> LandlockPlan:

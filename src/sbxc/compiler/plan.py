@@ -146,6 +146,8 @@ class EnvPlan:
     """Host variable names or globs (``*``, ``?``) let through."""
     set: tuple[tuple[str, str], ...]
     """Variables set inside, after ``passed`` (they win)."""
+    span: Span = BUILTIN_SPAN
+    """Where ``env`` was set (the report's place for the environment's verdict)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +156,8 @@ class SyscallPlan:
     """Sorted syscall names refused with EPERM (builtin list plus the policy's)."""
     allow_unix_sockets: bool = False
     """Landlock only: allow new AF_UNIX sockets (reaching masked socket files stays possible)."""
+    span: Span = BUILTIN_SPAN
+    """Where ``syscalls.deny`` was set (the report's place for the syscalls' verdict)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -227,6 +227,8 @@ class EnvSettings:
     """Names and globs of ``env.pass``, each where it was written, in file order."""
     set: tuple[tuple[str, str], ...]
     """``env.set`` by name."""
+    span: Optional[Span] = None
+    """Where the winning ``env.pass`` was written (None: the default)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +242,8 @@ class SyscallSettings:
     deny: tuple[str, ...]
     """Names the policies add to the builtin deny list."""
     allow_unix_sockets: Value[bool]
+    span: Optional[Span] = None
+    """Where the winning ``syscalls.deny`` was written (None: the default)."""
 
 
 @dataclass(frozen=True, slots=True)
