@@ -79,6 +79,8 @@ BUILTIN_ARG_FILTERS: dict[str, str] = {
     "ioctl TIOCSETD": ("changes the terminal's line discipline, which outlives the run (N_NULL leaves the "
                        "caller's terminal dead) and can load kernel modules"),
     "ioctl TIOCCONS": "redirects the host's console output to the command's terminal",
+    "ioctl TIOCEXCL": ("puts the caller's terminal in exclusive mode, which outlives the run: every later open of "
+                       "it but root's fails, so sudo, ssh and pinentry cannot ask for a password there"),
     "clone CLONE_NEWUSER": "a new user namespace gives the command a full set of capabilities over new namespaces",
     "unshare CLONE_NEWUSER": "a new user namespace gives the command a full set of capabilities over new namespaces",
     "clone3": "its flags live in memory a filter cannot read; ENOSYS makes libc fall back to clone, which is filtered",

@@ -68,6 +68,7 @@ TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 TIOCCONS = 0x541D
 TIOCSETD = 0x5423
+TIOCEXCL = 0x540C
 ADDR_NO_RANDOMIZE = 0x0040000
 READ_IMPLIES_EXEC = 0x0400000
 MMAP_PAGE_ZERO = 0x0100000
@@ -274,8 +275,10 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
         # TIOCSETD on the caller's terminal outlives the run (N_NULL silences it for good)
         # and, with dev.tty.ldisc_autoload=1, loads line-discipline modules. TIOCCONS needs
         # CAP_SYS_ADMIN, which both runners drop; refused here as well, so redirecting the
-        # host's console never rests on the capability drop alone.
-        for req in (TIOCSTI, TIOCLINUX, TIOCSETD, TIOCCONS):
+        # host's console never rests on the capability drop alone. TIOCEXCL outlives the run
+        # too: the terminal then refuses every new open (EBUSY) to anyone but root, so sudo,
+        # ssh and pinentry can no longer ask for a password in it.
+        for req in (TIOCSTI, TIOCLINUX, TIOCSETD, TIOCCONS, TIOCEXCL):
             f.add_rule(eperm, "ioctl", s.Arg(1, s.MASKED_EQ, 0xFFFFFFFF, req))
     if "clone" not in denied:
         f.add_rule(eperm, "clone", s.Arg(0, s.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
