@@ -61,9 +61,7 @@ def main() -> int:
             ("sbxc exec --plan", lambda wrap=(): startup.spawn([sbxc, "exec", "--plan", plan_path, "--", args.cmd], env,
                                                        cwd=project, wrap=wrap)),
             ("pip console script, cached", lambda wrap=(): startup.spawn([legacy, "exec", "--", args.cmd], env, cwd=project, wrap=wrap)),
-            # The floor: the launcher's interpreter starting and doing nothing.
-            ("python3 -I -S -c pass", lambda wrap=(): startup.spawn([os.path.join(venv_bin, "python3"), "-I", "-S", "-c",
-                                                                   "pass"], env, cwd=project, wrap=wrap)),
+            startup.floor_variant(sbxc, env, project),
         ]
         if args.against:
             other = [startup.installed_command(args.against), "exec", "--", args.cmd]

@@ -73,9 +73,7 @@ def main() -> int:
             ("raw runc run (same bundle)", raw),
             ("sbxc exec --backend oci", lambda wrap=(): startup.spawn(oci, env, cwd=project, wrap=wrap)),
             ("sbxc exec --backend bwrap", lambda wrap=(): startup.spawn(bwrap, env, cwd=project, wrap=wrap)),
-            # The floor of what sbxc can add: its interpreter starting and doing nothing.
-            ("python3 -I -S -c pass", lambda wrap=(): startup.spawn([os.path.join(os.path.dirname(sbxc), "python3"),
-                                                                   "-I", "-S", "-c", "pass"], env, cwd=project, wrap=wrap)),
+            startup.floor_variant(sbxc, env, project),
         ]
         if args.against:
             other = [startup.installed_command(args.against), "exec", "--backend", "oci", "--", cmd]

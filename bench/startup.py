@@ -222,3 +222,11 @@ def print_rss_check(res: dict) -> None:
 def header(runs: int, cmd: str, sbxc: str) -> None:
     print(f"{runs} alternating runs of {cmd}, python {sys.version.split()[0]}, uid {os.getuid()}, "
           f"{os.cpu_count()} CPUs, command {sbxc}")
+
+
+def floor_variant(sbxc: str, env: dict, project: str):
+    """The variant "python3 -I -S -c pass": the launcher's interpreter starting and doing
+    nothing, the floor of what sbxc can add, timed in the same alternation."""
+    python = os.path.join(os.path.dirname(sbxc), "python3")
+    return ("python3 -I -S -c pass",
+            lambda wrap=(): spawn([python, "-I", "-S", "-c", "pass"], env, cwd=project, wrap=wrap))

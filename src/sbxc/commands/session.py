@@ -210,7 +210,8 @@ def _open(sid: str):
 
 
 def _diff(args) -> int:
-    from ..runtime.session_apply import _LABEL, diff_rows, shown, unified
+    from ..runtime.errors import shown
+    from ..runtime.session_apply import _LABEL, diff_rows, unified
 
     fd, meta, manifest, ws = _open(args.id)
     try:
@@ -231,7 +232,8 @@ def _diff(args) -> int:
 
 def _apply(args) -> int:
     from ..runtime.errors import Refusal
-    from ..runtime.session_apply import apply, shown
+    from ..runtime.errors import shown
+    from ..runtime.session_apply import apply
     from ..runtime.sessions import size_of, write_manifest
 
     fd, meta, manifest, ws = _open(args.id)

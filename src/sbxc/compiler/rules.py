@@ -269,9 +269,9 @@ def _host_rule(scalar: YScalar, tok, diags: list[Diagnostic]) -> Optional[HostRu
         host, port_text = raw.split(":")
     port = 0
     if port_text or raw.endswith(":"):
-        # ASCII digits only: str.isdigit() also takes "²" (which int() refuses) and
-        # other scripts' digits (which it reads as a number).
-        if not (port_text.isascii() and port_text.isdigit()) or len(port_text) > 5 or not 1 <= int(port_text) <= 65535:
+        # ASCII digits only ([0-9], as for port rules): str.isdigit() also takes "²" (which
+        # int() refuses) and other scripts' digits (which it reads as a number).
+        if not re.fullmatch(r"[0-9]{1,5}", port_text) or not 1 <= int(port_text) <= 65535:
             diags.append(diag("SBX018", tspan, what=f"\"{shorten(port_text)}\" in {shorten(raw)}: ports are 1-65535"))
             return None
         port = int(port_text)

@@ -374,6 +374,4 @@ def check_document(path: str, tree: YMap, diags: list[Diagnostic]) -> PolicyDoc:
         v = _check(vn, f, name, diags)
         if v is not None:
             doc.values[name] = v
-    if "sbxc" not in doc.key_spans:
-        diags.append(diag("SBX016", Span(path, 1, 1, 1, 2), key="sbxc", hint="add `sbxc: 1` as the first line"))
     return doc

@@ -95,21 +95,37 @@ class YMap:
 YNode = Union[YScalar, YSeq, YMap]
 
 
-def type_name(node) -> str:
+def kind_name(node) -> str:
+    """What ``node`` is, without its value: "a mapping", "a string" ..."""
     if isinstance(node, YMap):
         return "a mapping"
     if isinstance(node, YSeq):
         return "a list"
     v = node.value
     if v is None:
+        return "nothing"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int):
+        return "an integer"
+    if isinstance(v, float):
+        return "a number"
+    return "a string"
+
+
+def type_name(node) -> str:
+    """``kind_name`` with the scalar's value."""
+    kind = kind_name(node)
+    if isinstance(node, (YMap, YSeq)):
+        return kind
+    v = node.value
+    if v is None:
         return "nothing (null)"
     if isinstance(v, bool):
-        return f"a boolean ({'true' if v else 'false'})"
-    if isinstance(v, int):
-        return f"an integer ({v})"
-    if isinstance(v, float):
-        return f"a number ({v})"
-    return f"a string (\"{shorten(v)}\")"
+        return f"{kind} ({'true' if v else 'false'})"
+    if isinstance(v, (int, float)):
+        return f"{kind} ({v})"
+    return f"{kind} (\"{shorten(v)}\")"
 
 
 def shorten(s: str, n: int = 40) -> str:
@@ -390,6 +406,6 @@ def load_yaml(src: SourceFile, diags: list[Diagnostic]) -> Optional[YNode]:
     if not isinstance(tree, YMap):
         # The kind only, never the text: a file that is no policy at all (an `extends` of
         # /etc/shadow, say) must not have its content printed.
-        diags.append(diag("SBX008", tree.span, got=type_name(tree).split(" (", 1)[0], hint="start with `sbxc: 1`"))
+        diags.append(diag("SBX008", tree.span, got=kind_name(tree), hint="start with `sbxc: 1`"))
         return None
     return tree

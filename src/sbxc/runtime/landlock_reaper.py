@@ -33,7 +33,8 @@ import os
 
 from .errors import Refusal
 from .landlock_confine import fail, libc_handle
-from .supervise import FORWARDED, default_signals, deliver, end_descendants, exit_code, forward_signals, wait_for
+from .supervise import (FORWARDED, block_forwarded, default_signals, deliver, end_descendants, exit_code,
+                        forward_signals, wait_for)
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -161,7 +162,7 @@ def fork_under_reaper(sbxc_pid: int, namespaces: bool = False, required: bool = 
     # any held one once it knows the process; the process lets them through with their
     # default actions back (until its exec a signal ends it, as it would any process that
     # early). The parent-death signal is among them: held too, then acted on by ``relay``.
-    mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, [getattr(_signal, n) for n in FORWARDED])
+    mask = block_forwarded()
     # Handlers first, then the death signal, then the check: sbxc dying at any point
     # is either seen by getppid() here or delivered to a handler that acts on it.
     forward_signals(relay)

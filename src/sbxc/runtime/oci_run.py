@@ -309,26 +309,6 @@ def _shared_parts(plans: str, root_covered: bool):
     return rootfs, empty
 
 
-def _reap_runc(pid: int) -> None:
-    """Wait for ``pid`` (runc, sbxc's child, whose container was just deleted) to end: it
-    ends once its container's process is gone; SIGKILL after 5 s."""
-    import time
-
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline:
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                return
-        except ChildProcessError:
-            return
-        time.sleep(0.01)
-    try:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-    except (ProcessLookupError, ChildProcessError):
-        pass
-
-
 def _watcher_refusal(e: OSError) -> Refusal:
     import errno
 
@@ -811,7 +791,9 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
                 alive = False
         watcher.finish(stand_down=not alive)
         if alive:
-            _reap_runc(gate.pid)
+            from .supervise import reap_within
+
+            reap_within(gate.pid, 5.0, 0.01)  # runc ends once its container's process is gone
 
     def setup_failed(status: int, early: str):
         if refused:

@@ -29,7 +29,7 @@ import os
 import stat
 
 from . import session_copy as sc
-from .errors import shown  # noqa: F401 (the commands' name for it, too)
+from .errors import shown
 
 _RD = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _LABEL = {"added": "A", "changed": "M", "deleted": "D"}

@@ -57,12 +57,14 @@ def _quota_sessions(store_fd: int, project: str, limit) -> None:
     # An --ephemeral run's session that no process holds was left by an sbxc that was
     # killed: nobody can use it again (its id was never shown), so it goes, and never
     # takes a place (the store's lock is held: no start is between its steps).
+    have = []
     for e in sessions_of(store_fd, project):
         if e.meta.get("state") == "ephemeral" and e.state == "interrupted":
             remove_entry(store_fd, e.dir)
+        else:
+            have.append(e)
     if limit is None:
         return
-    have = sessions_of(store_fd, project)
     if len(have) >= int(limit):
         raise SessionError(f"this project has {len(have)} session(s), the most workspace.max_sessions allows "
                            f"({limit})", "stop one (sbxc session list; sbxc session stop ID), or raise "

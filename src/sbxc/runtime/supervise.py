@@ -19,6 +19,14 @@ from .errors import REFUSED, Refusal, one_line
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH")
 
 
+def block_forwarded() -> set:
+    """Block the FORWARDED signals (around a fork: see ``run`` and the Landlock reaper);
+    returns the mask to go back to."""
+    import _signal
+
+    return _signal.pthread_sigmask(_signal.SIG_BLOCK, [getattr(_signal, n) for n in FORWARDED])
+
+
 def exit_code(status) -> int:
     """A wait status as a shell reports it: the exit code, or 128+N for signal N; 125
     (sbxc's own failure) when there is none."""
@@ -278,11 +286,13 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
     rep_r, rep_w = os.pipe()
 
     child = [0]
-    queued = [[]]  # [signals that came before the child existed]; [None] once it does
-    # With a release (spec.release) nothing is forwarded before it: a signal then ends the
-    # run before the command (a sandbox set-up killed half-way can hang, _end_unreleased).
-    gated = [spec.release is not None]
-    held = [0]
+    # Signals held, not forwarded: until the child exists (handled here, a timeout's SIGTERM
+    # or a Ctrl-C right as the run starts no longer ends sbxc by its own action, and would
+    # be lost) and, with a release (spec.release), until the release. The child gets them
+    # then; a signal held at the release ends the run before the command (a sandbox set-up
+    # killed half-way can hang, _end_unreleased).
+    holding = [True]
+    held: list = []
     master = [err_r if relay is not None else -1]  # -1 once closed: its number may be reused
 
     def forward(signum, _frame):
@@ -290,16 +300,11 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
             from .ttyrelay import copy_size
 
             copy_size(2, master[0])
-        if gated[0] and child[0] > 0:
-            if signum != _signal.SIGWINCH and not held[0]:
-                held[0] = signum
+        if holding[0]:
+            if signum != _signal.SIGWINCH and signum not in held:
+                held.append(signum)
             return
         if child[0] <= 0:
-            if queued[0] is not None and child[0] == 0 and signum not in queued[0]:
-                # Handled here, so the signal's own action did not end sbxc: kept for the
-                # child, which gets it as soon as it exists (a timeout's SIGTERM or a Ctrl-C
-                # right as the run starts would otherwise be lost and the command run on).
-                queued[0].append(signum)
             return
         if spec.deliver is not None:
             spec.deliver(signum, child[0])
@@ -331,7 +336,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
             # between would reach the child's copy of ``forward`` (it has no child) and be
             # lost. The parent gets any held one below, once ``child`` is set; the child
             # lets them through only with their default actions back (``_child``).
-            mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, [getattr(_signal, n) for n in FORWARDED])
+            mask = block_forwarded()
             try:
                 pid = os.fork()
             except BaseException:
@@ -342,9 +347,8 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
         child[0] = pid
         if state is not None and spec.release is None:
             state.started = True  # from here on, no message may say the command did not run
-        came, queued[0] = queued[0], None
-        for signum in came:
-            forward(signum, None)  # as if it had come a moment later
+        if spec.release is None:
+            _stop_holding(holding, held, forward)  # as if they had come a moment later
         if mask is not None:
             _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)  # a held one is forwarded now
         os.close(rep_w)
@@ -368,7 +372,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
                 pid = child[0] = waited
         if spec.release is not None and pid and not report:
             try:
-                if before_release is not None and not held[0]:
+                if before_release is not None and not held:
                     before_release()
             except BaseException:
                 _end_unreleased(pid, spec)
@@ -377,7 +381,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
                     master[0] = -1
                     os.close(err_r)
                 raise
-            if held[0]:
+            if held:
                 # A signal came before the release: the command never starts, and the run
                 # ends with that signal's status, as its default action would end a command.
                 _end_unreleased(pid, spec)
@@ -391,10 +395,8 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
             released = spec.release()
             if not released and state is not None:
                 state.started = False  # the child was gone: it never read the program
-            gated[0] = False
-            late, held[0] = held[0], 0
-            if late and released:
-                forward(late, None)  # it came during the release: the command gets it now
+            if released:
+                _stop_holding(holding, held, forward)  # one that came during the release
 
         first = b""
         status = None
@@ -494,6 +496,13 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
         _cleanups(spec)
 
 
+def _stop_holding(holding: list, held: list, forward) -> None:
+    """Forward from here on, the held signals first."""
+    holding[0] = False
+    while held:
+        forward(held.pop(0), None)
+
+
 def _cleanups(spec) -> None:
     for fn in reversed(spec.cleanups):
         try:
@@ -507,21 +516,24 @@ def _end_unreleased(pid: int, spec) -> None:
     Not by a signal at once: bwrap killed half-way through its set-up can leave its
     sandbox child waiting forever for a parent that is gone. The child is refused the
     release instead (``spec.release(False)``) and ends by itself; SIGKILL only after 5 s."""
-    import _signal
+    spec.release(False)
+    reap_within(pid, 5.0)
+
+
+def reap_within(pid: int, seconds: float, step: float = 0.001) -> None:
+    """Wait for child ``pid`` to end by itself, reaping it; SIGKILL after ``seconds``."""
     import time
 
-    spec.release(False)
-    deadline = time.monotonic() + 5.0
+    deadline = time.monotonic() + seconds
     while True:
         try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return
         except ChildProcessError:
-            return
-        if done:
             return
         if time.monotonic() > deadline:
             try:
-                os.kill(pid, _signal.SIGKILL)
+                os.kill(pid, 9)  # SIGKILL
             except ProcessLookupError:
                 pass
             try:
@@ -529,7 +541,7 @@ def _end_unreleased(pid: int, spec) -> None:
             except ChildProcessError:
                 pass
             return
-        time.sleep(0.001)
+        time.sleep(step)
 
 
 def _spawn(spec, err_w: int, rep_r: int, rep_w: int) -> int:
