@@ -197,9 +197,9 @@ def lower(plan: Plan, host) -> Lowered:
         verdicts.append(verdict(NAME, "network: false", ENFORCED, net.span))
     else:
         for h in net.hosts:
-            verdicts.append(verdict(NAME, host_subject(h), ENFORCED, h.span,
-                                    "through sbxc's proxy: the command's network namespace has loopback only, "
-                                    "and the proxy listens inside it, on 127.0.0.1:3128"))
+            status, why = host_status(h, "through sbxc's proxy: the command's network namespace has loopback "
+                                         "only, and the proxy listens inside it, on 127.0.0.1:3128")
+            verdicts.append(verdict(NAME, host_subject(h), status, h.span, why))
         for r in net.rules:
             ports = str(r.port_lo) if r.port_lo == r.port_hi else f"{r.port_lo}-{r.port_hi}"
             verdicts.append(verdict(NAME, f"{r.op} {r.proto} {ports}", NARROWED, r.span,
@@ -222,6 +222,15 @@ def lower(plan: Plan, host) -> Lowered:
     verdicts.append(verdict(NAME, "processes", ENFORCED, BUILTIN_SPAN))
     verdicts.append(verdict(NAME, "env", ENFORCED, plan.env.span))
     return Lowered(NAME, {"bwrap": host.bwrap, "argv": argv, "seccomp": seccomp_hex, "network": net.mode}, tuple(verdicts))
+
+
+def host_status(h, how: str) -> tuple[str, str]:
+    """The report's verdict and reason for one host rule: ``how`` the backend enforces
+    it, unless the proxy can never use it (``HostRule.unusable``): then it is narrowed,
+    since everything it would allow is refused."""
+    if h.unusable:
+        return NARROWED, f"never used: {h.unusable}, so the proxy refuses every connection it would allow"
+    return ENFORCED, how
 
 
 def host_subject(h) -> str:

@@ -351,10 +351,11 @@ def lower(plan: Plan, host) -> Lowered:
                     "Landlock's bind check, so the command can accept connections on a port no rule names")
         L.v(f"network: [{rules}]", status, net.span, why)
     elif net.mode == NET_HOSTS:
-        from .bwrap import host_subject
+        from .bwrap import host_status, host_subject
 
         for h in net.hosts:
-            L.v(host_subject(h), ENFORCED, h.span, "through sbxc's proxy, the only TCP port the command may connect to")
+            status, why = host_status(h, "through sbxc's proxy, the only TCP port the command may connect to")
+            L.v(host_subject(h), status, h.span, why)
         L.v("network: host rules", PARTIAL, net.span,
             "TCP connect is allowed to the proxy's port only, but on any address: a service listening on that "
             "port number elsewhere (the host's loopback included) is reachable too; every other socket is refused "

@@ -330,17 +330,17 @@ def lower(plan: Plan, host) -> Lowered:
             verdicts.append(verdict(NAME, f"{r.op} {r.proto} {ports}", NARROWED, r.span,
                                     "an OCI runtime cannot allow single ports: the network is off (use --backend "
                                     "landlock for per-port rules)"))
-        from .bwrap import host_subject
+        from .bwrap import host_status, host_subject
 
         for h in getattr(net, "hosts", ()):
             # The runner makes the proxy's listener inside the container's own network
             # namespace between `runc create` and `runc start` (runtime/oci_run): that
             # namespace keeps loopback alone, so the proxy is the only way out.
-            verdicts.append(verdict(NAME, host_subject(h), ENFORCED, h.span,
-                                    "through sbxc's proxy: the container's network namespace has loopback only, "
-                                    "and sbxc exec puts the proxy's listener inside it (127.0.0.1:3128) before "
-                                    "runc start; a bundle from compile -o run without sbxc has no proxy and so no "
-                                    "network"))
+            status, why = host_status(h, "through sbxc's proxy: the container's network namespace has loopback "
+                                         "only, and sbxc exec puts the proxy's listener inside it (127.0.0.1:3128) "
+                                         "before runc start; a bundle from compile -o run without sbxc has no proxy "
+                                         "and so no network")
+            verdicts.append(verdict(NAME, host_subject(h), status, h.span, why))
 
     ws_span = dict(plan.workspace).get("span")
     if ws_span is not None:

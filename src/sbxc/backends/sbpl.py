@@ -487,13 +487,14 @@ def _network(plan: Plan, verdicts: list, params: "_Params | None" = None) -> lis
                 "; follow the filesystem rules below."]
     lines = []
     if net.hosts and params is not None:
-        from .bwrap import host_subject
+        from .bwrap import host_status, host_subject
 
         name = params.runtime(PARAM_PROXY, "proxy", "")
         lines += ["; Host rules: the proxy's local port only; it connects where the rules allow.",
                   _rule("allow", ("network-outbound",), [f"(remote tcp (param {sbpl_string(name)}))"])]
         for h in net.hosts:
-            verdicts.append(verdict(BACKEND, host_subject(h), ENFORCED, h.span, "through sbxc's proxy"))
+            status, why = host_status(h, "through sbxc's proxy")
+            verdicts.append(verdict(BACKEND, host_subject(h), status, h.span, why))
         verdicts.append(verdict(BACKEND, "network: host rules", PARTIAL, net.span,
                                 "TCP connect is allowed to the proxy's port on localhost only; Seatbelt's "
                                 "localhost filter covers every loopback address, so a local service on that "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
 
 from .. import cache as cachemod
@@ -411,18 +411,23 @@ def _host_rules(rules: list[HostRuleAst], groups: dict, reader, diags: list) -> 
         uniq.setdefault((h.host, h.ports), h)
     final = tuple(sorted(uniq.values(), key=lambda h: (h.host, h.ports)))
     loopback_ports = {p for h in final if h.host in _LOOPBACK_ADDRS for p in h.ports}
+    marked = []
     for h in final:
-        if h.group:
-            continue
+        why = ""
         name = h.host[2:] if h.host.startswith("*.") else h.host
-        if name == "localhost" or name.endswith(".localhost"):
+        if h.group:
+            pass
+        elif name == "localhost" or name.endswith(".localhost"):
             if not loopback_ports.intersection(h.ports):
-                diags.append(diag("SBX048", h.span, rule=h.text,
-                                  why="the name resolves to loopback, which the proxy connects to only where an "
-                                      "address rule names it",
+                why = ("the name resolves to loopback, which the proxy connects to only where an address rule "
+                       "names it")
+                diags.append(diag("SBX048", h.span, rule=h.text, why=why,
                                   hint="add `allow 127.0.0.1:PORT` for the port, if the host's own services are meant"))
         elif name == "invalid" or name.endswith(".invalid"):
-            diags.append(diag("SBX048", h.span, rule=h.text, why="names under .invalid never resolve"))
+            why = "names under .invalid never resolve"
+            diags.append(diag("SBX048", h.span, rule=h.text, why=why))
+        marked.append(replace(h, unusable=why) if why else h)
+    final = tuple(marked)
     inputs = tuple(sorted(used_reader.inputs.items())) if used_reader is not None else ()
     return final, inputs
 

@@ -100,6 +100,9 @@ class HostRule:
     """The group's name when the host came from ``allow @GROUP``."""
     source: str = ""
     """Where a group's host was read from (a configuration file, a variable, a default)."""
+    unusable: str = ""
+    """Why the proxy refuses every connection this rule would allow (SBX048), or empty.
+    Backends report such a rule narrowed, never enforced."""
 
 
 DEFAULT_HOST_PORTS = (80, 443)

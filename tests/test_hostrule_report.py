@@ -1,0 +1,46 @@
+"""The enforcement report of host rules the proxy can never use: every backend says
+narrowed (everything they would allow is refused), never enforced; a usable neighbour
+stays enforced."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from compiler_fakes import fake_environ, fake_host
+from sbxc import backends
+from sbxc.compiler.api import compile_policy
+
+BACKENDS = ("bwrap", "landlock", "sandbox-exec", "oci")
+
+
+def report(tmp_path, rules, backend):
+    (tmp_path / "sandbox.policy.yaml").write_text(
+        "sbxc: 1\ncache: {tools: []}\nfilesystem: [read /]\nnetwork:\n" + "".join(f"  - {r}\n" for r in rules))
+    home = str(tmp_path / "home")
+    os.makedirs(home, exist_ok=True)
+    host = fake_host(home=home, **({"platform": "darwin"} if backend == "sandbox-exec" else {}))
+    r = compile_policy(None, cwd=str(tmp_path), environ=fake_environ(home), host=host,
+                       overrides={"backend": backend})
+    assert r.plan is not None, [(d.code, d.message) for d in r.diagnostics]
+    codes = [d.code for d in r.diagnostics]
+    lowered = backends.lower(r.plan.backend, r.plan, host)
+    return {v.subject: (v.status, v.why) for v in lowered.verdicts}, codes
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rule_the_proxy_never_uses_is_reported_narrowed(tmp_path, backend):
+    rows, codes = report(tmp_path, ["allow localhost:8080", "allow build.invalid", "allow example.org"], backend)
+    assert codes.count("SBX048") == 2
+    status, why = rows["allow localhost:8080"]
+    assert status == "narrowed" and "resolves to loopback" in why and "refuses every connection" in why
+    status, why = rows["allow build.invalid"]
+    assert status == "narrowed" and ".invalid never resolve" in why
+    assert rows["allow example.org"][0] == "enforced"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_localhost_with_an_address_rule_for_its_port_is_enforced(tmp_path, backend):
+    rows, codes = report(tmp_path, ["allow localhost:8080", "allow 127.0.0.1:8080"], backend)
+    assert "SBX048" not in codes
+    assert rows["allow localhost:8080"][0] == "enforced"
