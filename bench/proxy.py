@@ -15,6 +15,9 @@ that drift hits every variant alike:
   direct, the CPU time of the whole machine per GB (from /proc/stat: on a small machine
   the CPU is what limits it, and other people's work lands in it too) and the proxy
   process's own CPU time per GB (from /proc/PID/stat: its threads, its system calls);
+- the same download through ``bench/relay.c``, a relay in C that checks nothing (copy and
+  splice; compiled here with the machine's ``cc``): the floor any user-space relay has on
+  this machine, beside which the proxy's own cost shows;
 - new connections: connect, one byte each way, close: direct, through CONNECT and
   through SOCKS5 (address rules), and through CONNECT with a name (resolved with the
   host's getaddrinfo: ``localhost``); median and p90, and the time added to direct;
@@ -30,9 +33,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import statistics
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
@@ -93,8 +98,8 @@ def start_servers():
 
 
 def _connect_via(proxy_addr, how: str, host: str, port: int) -> socket.socket:
-    if proxy_addr is None:
-        s = socket.create_connection((host, port))
+    if proxy_addr is None or how == "raw":
+        s = socket.create_connection(proxy_addr if how == "raw" else (host, port))
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return s
     s = socket.create_connection(proxy_addr)
@@ -114,10 +119,10 @@ def _connect_via(proxy_addr, how: str, host: str, port: int) -> socket.socket:
     return s
 
 
-def download(proxy_addr, port: int, size: int) -> float:
+def download(proxy_addr, port: int, size: int, how: str = "connect") -> float:
     buf = bytearray(CHUNK)
     start = time.perf_counter()
-    s = _connect_via(proxy_addr, "connect", "127.0.0.1", port)
+    s = _connect_via(proxy_addr, how, "127.0.0.1", port)
     s.sendall(f"{size}\n".encode())
     got = 0
     while True:
@@ -154,6 +159,29 @@ def _process_seconds(pid) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def c_relays(bulk_port: int, folder: str) -> list:
+    """The floor of any user-space relay (bench/relay.c, no checks at all): compiled with
+    the machine's C compiler into ``folder``, one listening process per mode (copy,
+    splice). Empty where no compiler is found. (name, address, pid, Popen) each."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        print("  (no C compiler: the C relay's rows are left out)")
+        return []
+    exe = os.path.join(folder, "relay")
+    subprocess.run([cc, "-O2", "-o", exe, os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay.c")],
+                   check=True)
+    out = []
+    for mode, name in ((0, "C relay (copy)"), (1, "C relay (splice)")):
+        lst = socket.create_server(("127.0.0.1", 0), backlog=16)
+        proc = subprocess.Popen([exe, str(lst.fileno()), str(bulk_port), str(mode)], pass_fds=(lst.fileno(),))
+        out.append((name, lst.getsockname(), proc.pid, proc))
+        lst.close()
+    return out
 
 
 def _proxy(ports, splice: bool, tunnel: str = "poll") -> Proxy:
@@ -237,19 +265,25 @@ def main() -> int:
     copying = _proxy((bulk_port, ping_port), False)
     spliced = _proxy((bulk_port, ping_port), True) if have_splice else None
     threaded = _proxy((bulk_port, ping_port), True, "splice-threads") if have_splice else None
+    scratch = tempfile.mkdtemp(prefix="sbxc-bench-relay-")
+    relays = c_relays(bulk_port, scratch)
     try:
         size = args.mb * 1_000_000
-        variants = [("direct", None, None), ("proxy (poll, copy)", copying.address, copying._pid)]
+        variants = [("direct", None, None, "connect"),
+                    ("proxy (poll, copy)", copying.address, copying._pid, "connect")]
         if spliced is not None:
-            variants.append(("proxy (poll, splice)", spliced.address, spliced._pid))
-            variants.append(("proxy (splice thr.)", threaded.address, threaded._pid))
-        rates = {name: [] for name, _, _ in variants}
-        cpu = {name: [] for name, _, _ in variants}
-        own = {name: [] for name, _, _ in variants}
+            variants.append(("proxy (poll, splice)", spliced.address, spliced._pid, "connect"))
+            variants.append(("proxy (splice thr.)", threaded.address, threaded._pid, "connect"))
+        # The relay's child process (forked per connection) does the work: the machine's
+        # column counts it, the process column shows only the listener (about 0).
+        variants += [(name, addr, pid, "raw") for name, addr, pid, _ in relays]
+        rates = {v[0]: [] for v in variants}
+        cpu = {v[0]: [] for v in variants}
+        own = {v[0]: [] for v in variants}
         for _ in range(args.rounds):
-            for name, addr, pid in variants:
+            for name, addr, pid, how in variants:
                 busy0, own0 = _busy_seconds(), _process_seconds(pid)
-                rates[name].append(download(addr, bulk_port, size))
+                rates[name].append(download(addr, bulk_port, size, how))
                 cpu[name].append((_busy_seconds() - busy0) / (size / 1e9))
                 own[name].append((_process_seconds(pid) - own0) / (size / 1e9))
         direct = statistics.median(rates["direct"])
@@ -275,6 +309,10 @@ def main() -> int:
             added = "" if name == "direct" else f"  +{med - base:.3f}"
             print(f"  {name:18} {med:7.3f} {p90:7.3f}{added}")
     finally:
+        for _, _, _, proc in relays:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
         copying.stop()
         for p in (spliced, threaded):
             if p is not None:
