@@ -108,6 +108,38 @@ def test_tmpfs_per_run_folder_removed(tree, tmp_path):
     assert not os.path.exists(lines[0])  # removed after the run
 
 
+def test_tmpfs_elsewhere_where_the_report_says(tree, tmp_path, request):
+    """What the report says of a tmpfs rule outside /tmp: a per-run folder inside the path
+    where sbxc may create one, else in /tmp; TMPDIR names the /tmp rule's folder, or with
+    no /tmp rule the first one's; the host's files there are not accessible."""
+    own = f"{tree}/scratch"          # sbxc's user may create folders in it
+    shut = f"{tree}/shut"            # nobody but root may (0555)
+    for d in (own, shut):
+        os.makedirs(d)
+        with open(f"{d}/host.txt", "w") as f:
+            f.write("host\n")
+    os.chmod(shut, 0o555)
+    request.addfinalizer(lambda: os.chmod(shut, 0o755))  # so that pytest can remove it
+
+    def show(d):
+        return sh(f'echo "$TMPDIR"; cat {d}/host.txt 2>/dev/null; echo rc=$?')
+
+    r = _run(tree, tmp_path, show(own), rules=[rule("/tmp", "tmpfs"), rule(own, "tmpfs")])
+    lines = r.out.splitlines()
+    assert lines[0].startswith("/tmp/sbxc-run-") and lines[1] == "rc=1", r
+    r = _run(tree, tmp_path, show(own), rules=[rule(own, "tmpfs")])
+    lines = r.out.splitlines()
+    assert lines[0].startswith(f"{own}/sbxc-run-") and lines[1] == "rc=1", r
+    r = _run(tree, tmp_path, show(shut), rules=[rule(shut, "tmpfs")])
+    lines = r.out.splitlines()
+    where = shut if os.geteuid() == 0 else "/tmp"
+    assert lines[0].startswith(f"{where}/sbxc-run-") and lines[1] == "rc=1", r
+    assert sorted(os.listdir(own)) == sorted(os.listdir(shut)) == ["host.txt"]  # nothing left behind
+    # The control: without the tmpfs rule the command reads the host's file there.
+    r = _run(tree, tmp_path, show(own))
+    assert r.out.splitlines()[1:] == ["host", "rc=0"], r
+
+
 # ------------------------------------------------------------------ Unix sockets
 
 @pytest.fixture

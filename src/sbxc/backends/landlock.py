@@ -235,9 +235,17 @@ class _Lowering:
                       "; new Unix sockets are allowed by the policy, so a socket file under it stays reachable"))
             return
         if r.access == TMPFS:
+            # The runner (runtime/landlock_run) makes the folder in the path where sbxc
+            # may create one there, else in /tmp; TMPDIR names the /tmp rule's folder, or
+            # the first tmpfs rule's when there is no /tmp rule.
+            tmpfs = [x.path for x in self.plan.fs if x.access == TMPFS]
+            tmpdir = r.path == ("/tmp" if "/tmp" in tmpfs else tmpfs[0])
+            where = ("made inside /tmp" if r.path == "/tmp" else
+                     f"made inside {r.path} where sbxc may create one, else in /tmp")
             self.v(subject, NARROWED, r.span,
-                   f"a fresh per-run folder inside {r.path} (TMPDIR points at it), removed after the run; "
-                   f"{r.path} itself and the host's files in it are not accessible")
+                   f"a fresh per-run folder stands in for it, {where}"
+                   + (" (TMPDIR points at it)" if tmpdir else "")
+                   + f"; it is removed after the run; {r.path} itself and the host's files in it are not accessible")
             return
         if _is_file_kind(r.kind):
             self.grant(r.path, rights, r.kind)
