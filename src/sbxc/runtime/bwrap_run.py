@@ -175,8 +175,19 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     seccomp_fd = r
 
     wait = ["--block-fd", str(block[0])] if block is not None else []
-    argv = [found] + opts + wait + ["--chdir", cwd, "--seccomp", str(seccomp_fd), "--json-status-fd", str(info_w),
-                                    "--"] + list(cmd)
+    argv = [found] + opts + wait + ["--chdir", cwd, "--seccomp", str(seccomp_fd), "--json-status-fd", str(info_w)]
+    # bwrap itself runs on the host, outside the sandbox, until it execs the command: its
+    # own environment is empty (BWRAP_ENV), and the command's reaches the command alone,
+    # through --setenv. Started with the command's, bwrap's dynamic loader would take a
+    # policy's LD_PRELOAD or LD_LIBRARY_PATH (env.set), pointing at files an earlier
+    # sandboxed run wrote, and run them with the caller's rights.
+    for k, v in env.items():
+        if not k or "=" in k or "\0" in k or "\0" in v:
+            close_all()
+            raise Refusal(f"the command's environment holds a variable no program can be given ({k[:40]!r})",
+                          "remove it from env.set or from the environment sbxc is started with")
+        argv += ["--setenv", k, v]
+    argv += ["--"] + list(cmd)
     info = bytearray()
 
     def read_info() -> bytes:
@@ -284,11 +295,17 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))
     release_fn = release if gate[0] >= 0 else None
     # The pass_fds exclude the read end of the status pipe: only bwrap's write end goes over.
-    return LaunchSpec(argv, env, pass_fds=[fd for fd in fds if fd != info_r], exec_is_command=False,
+    return LaunchSpec(argv, dict(BWRAP_ENV), pass_fds=[fd for fd in fds if fd != info_r], exec_is_command=False,
                       child_setup=setup, release=release_fn,
                       started=started, setup_failed=setup_failed, command_status=command_status,
                       cleanups=cleanups, own_pgrp=True, signal_target=signal_target,
                       launched=launched if block is not None else None)
+
+
+BWRAP_ENV: dict = {}
+"""bwrap's own environment: nothing (the command's variables go by --setenv). bwrap needs
+none: the command is named by the path sbxc found, messages come in the C locale (which
+``bwrap_failure`` reads)."""
 
 
 def _close_quietly(fd: int) -> None:

@@ -182,6 +182,15 @@ def signal_masks(pid: int, runc: str = "") -> tuple[int, int]:
     return caught, ignored
 
 
+RUNC_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+"""runc's own environment, on every call: fixed, neither the command's nor sbxc's. runc
+runs on the host (and again as ``runc init`` while it sets the container up); started with
+the command's variables, its dynamic loader would take a policy's LD_PRELOAD or
+LD_LIBRARY_PATH (env.set), which may point at files an earlier sandboxed run wrote, and run
+them with the caller's rights. The command's environment reaches it through
+``config.json`` (``process.env``) alone."""
+
+
 def _config(planfile: dict, cmd: list, env: dict, ctx, shared=None) -> dict:
     low = planfile.get("lowered") or {}
     config = low.get("config")
@@ -747,7 +756,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     watcher = Watcher()
     if net == "hosts":
         base_argv = [found, "--root", bundle, "--log", "/proc/self/fd/2", "--log-format", "text"] + rootless
-        return _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, cleanup, watcher, sh,
+        return _split_run(argv, base_argv, bundle, pid_file, cid, RUNC_ENV, ctx, log_r, log_w, cleanup, watcher, sh,
                           cmd[0])
     argv += ["run", "--bundle", bundle, "--pid-file", pid_file, cid]
 
@@ -863,7 +872,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         from .bwrap_scope import child_setup
 
         setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))
-    return LaunchSpec(argv, env, pass_fds=[log_w], exec_is_command=False, child_setup=setup, started=started,
+    return LaunchSpec(argv, dict(RUNC_ENV), pass_fds=[log_w], exec_is_command=False, child_setup=setup, started=started,
                       setup_failed=setup_failed, command_status=command_status, cleanups=[cleanup, end_watch],
                       own_pgrp=True,
                       deliver=deliver, launched=launched, release=release)
