@@ -117,3 +117,61 @@ def test_cargo_default_registry_under_rustup(tmp_path):
     assert hosts({"RUSTUP_TOOLCHAIN": "stable"})[0] == {"stable.example.invalid"}
     # A toolchain that is not installed gives no host (a warning that the group is empty).
     assert hosts({"RUSTUP_TOOLCHAIN": "beta"})[0] == set()
+
+
+def _shared_parent_config(tmp_path, mode=0o644, owner=None):
+    """A project in a shared (sticky, world-writable) folder, and a cargo configuration in
+    that folder that someone else could have written."""
+    shared = tmp_path / "shared"
+    (shared / "proj").mkdir(parents=True)
+    os.chmod(shared, 0o1777)
+    cfg = shared / ".cargo"
+    cfg.mkdir()
+    f = cfg / "config.toml"
+    f.write_text('[registries.x]\nindex = "https://planted.example.invalid/index"\n')
+    os.chmod(f, mode)
+    if owner is not None:
+        os.chown(cfg, owner, owner)
+        os.chown(f, owner, owner)
+    return Reader({"CARGO_HOME": str(tmp_path / "cargo-home")}.get, str(tmp_path / "home"), str(shared / "proj")), str(f)
+
+
+def test_a_config_others_could_write_names_no_host(tmp_path):
+    r, path = _shared_parent_config(tmp_path, mode=0o666)
+    hosts = {h for h, _p, _src in r.read("cargo")}
+    assert "planted.example.invalid" not in hosts
+    assert r.untrusted == [(path, "the file is writable by others (mode 0666)")]
+    # The control: the same file, the caller's and not writable by others, is read.
+    os.chmod(path, 0o644)
+    r2 = Reader(r.getenv, r.home, r.project)
+    assert "planted.example.invalid" in {h for h, _p, _src in r2.read("cargo")} and not r2.untrusted
+
+
+def test_another_users_config_names_no_host(tmp_path):
+    if os.geteuid() != 0:
+        # Only root can make a file another user owns: here, one the caller's group may write.
+        r, path = _shared_parent_config(tmp_path, mode=0o664)
+        assert "planted.example.invalid" not in {h for h, _p, _src in r.read("cargo")}
+        assert r.untrusted == [(path, "the file is writable by its group (mode 0664)")]
+        return
+    r, path = _shared_parent_config(tmp_path, owner=65534)
+    assert "planted.example.invalid" not in {h for h, _p, _src in r.read("cargo")}
+    assert len(r.untrusted) == 1 and r.untrusted[0][0] == path and "owned by" in r.untrusted[0][1]
+
+
+def test_compile_fails_on_an_untrusted_group_input(tmp_path):
+    from compiler_fakes import fake_environ, fake_host
+    from sbxc.compiler.api import compile_policy
+
+    r, path = _shared_parent_config(tmp_path, mode=0o666)
+    (tmp_path / "shared" / "proj" / "sandbox.policy.yaml").write_text(
+        "sbxc: 1\ncache: {tools: []}\nfilesystem: [read /]\nhost_groups: {crates: [from cargo]}\n"
+        "network: [allow @crates]\n")
+    home = str(tmp_path / "home")
+    os.makedirs(home, exist_ok=True)
+    res = compile_policy(None, cwd=str(tmp_path / "shared" / "proj"),
+                         environ=fake_environ(home, CARGO_HOME=str(tmp_path / "cargo-home")),
+                         host=fake_host(home=home), overrides={})
+    assert res.plan is None
+    d = [d for d in res.diagnostics if d.code == "SBX053"]
+    assert len(d) == 1 and path in d[0].message and d[0].span.line == 5, res.diagnostics

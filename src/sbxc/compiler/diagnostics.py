@@ -78,6 +78,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX050": (ERROR, "{backend}: {subject}: not enforceable: {why}"),
     "SBX051": (ERROR, "{backend}: {subject}: partial: {why} (--strict)"),
     "SBX052": (ERROR, "backend {backend} is not available in this build: {why}"),
+    "SBX053": (ERROR, "toolchain configuration {path} is not safe to use for @{group}: {why}"),
 }
 
 

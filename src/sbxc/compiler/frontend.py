@@ -225,6 +225,51 @@ def read_policy_file(path: str, diags: list[Diagnostic], span: Optional[Span] = 
         os.close(dfd)
 
 
+def read_trusted(path: str, limit: int, uid: Optional[int] = None) -> tuple[Optional[bytes], str]:
+    """A configuration file that sbxc reads to widen a policy (a toolchain's registries):
+    at most ``limit`` bytes of it, under the rule policy files follow (``read_policy_file``):
+    the file, its folder and every link on the way only the caller or root could have
+    written. (None, "") when it is missing or no regular file; (None, why) when someone
+    else could have written it, and then nothing of it is read."""
+    import os
+
+    uid = os.geteuid() if uid is None else uid
+    why = _links_problem(path, uid)
+    if why:
+        return None, why
+    real = os.path.realpath(path)
+    folder, name = os.path.dirname(real), os.path.basename(real)
+    try:
+        dfd = os.open(folder, getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None, ""
+    fd = -1
+    try:
+        try:
+            fd, st = open_regular(name, dir_fd=dfd, follow=False)
+        except OSError:
+            return None, ""
+        if fd < 0:
+            return None, ""
+        why = _entry_problem("the file", st, folder, os.fstat(dfd), uid)
+        if why:
+            return None, why
+        chunks, total = [], 0
+        while total < limit:
+            b = os.read(fd, min(1 << 16, limit - total))
+            if not b:
+                break
+            chunks.append(b)
+            total += len(b)
+        return b"".join(chunks), ""
+    except OSError:
+        return None, ""
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        os.close(dfd)
+
+
 # Kernel and runtime state: never a policy, and /proc/self/environ or a process's memory
 # quoted in a YAML error would print secrets.
 _STATE_FOLDERS = ("/proc", "/sys", "/dev", "/run")

@@ -29,15 +29,25 @@ class Reader:
         self.home = home
         self.project = project
         self.inputs: dict[str, str] = {}
+        self.untrusted: list[tuple[str, str]] = []
+        """(path, why) of each file left unread: someone else could have written it."""
 
     # ------------------------------------------------------------------ helpers
 
     def _file(self, path: str) -> Optional[bytes]:
-        """The file's bytes (None when missing), recorded as an input either way."""
-        try:
-            with open(path, "rb") as f:
-                data = f.read(1 << 20)
-        except OSError:
+        """The file's bytes (None when missing), recorded as an input either way. A file
+        someone other than the caller or root could have written is not read (its hosts
+        would widen the caller's allow list): it is noted in ``untrusted``, and the compile
+        fails on it, as on such a policy file."""
+        from .frontend import read_trusted
+
+        data, why = read_trusted(path, 1 << 20)
+        if why:
+            if (path, why) not in self.untrusted:
+                self.untrusted.append((path, why))
+            self.inputs[path] = "untrusted"
+            return None
+        if data is None:
             self.inputs[path] = ""
             return None
         self.inputs[path] = hashlib.sha256(data).hexdigest()

@@ -394,7 +394,13 @@ def _host_rules(rules: list[HostRuleAst], groups: dict, reader, diags: list) -> 
             if item.kind == "from":
                 if reader is not None:
                     used_reader = reader()
+                    seen = len(used_reader.untrusted)
                     found = used_reader.read(item.canonical)
+                    for path, why in used_reader.untrusted[seen:]:
+                        diags.append(diag("SBX053", r.span, path=path, group=r.canonical, why=why,
+                                          hint="only files that you or root own, in folders only you or root can "
+                                               "write, name hosts for a group: remove it, or move the project out of "
+                                               "the shared folder"))
                     for host, port, source in found:
                         out.append(HostRule(host.lower(), (port,), r.span, r.text, r.canonical, source))
                 continue
