@@ -44,3 +44,14 @@ def test_localhost_with_an_address_rule_for_its_port_is_enforced(tmp_path, backe
     rows, codes = report(tmp_path, ["allow localhost:8080", "allow 127.0.0.1:8080"], backend)
     assert "SBX048" not in codes
     assert rows["allow localhost:8080"][0] == "enforced"
+
+
+def test_landlock_host_rules_with_a_bind_rule_name_the_listen_hole(tmp_path):
+    """seccomp cannot tell a bound socket from an unbound one at listen(): with a bind rule
+    beside host rules an unbound socket listens on an ephemeral port, which the report
+    must say (as it does for port rules alone); without one, listen() is refused."""
+    rows, _ = report(tmp_path, ["allow example.org", "bind tcp 8095"], "landlock")
+    status, why = rows["network: host rules"]
+    assert status == "partial" and "never bound takes an ephemeral port" in why
+    rows, _ = report(tmp_path, ["allow example.org"], "landlock")
+    assert "ephemeral" not in rows["network: host rules"][1]

@@ -370,7 +370,11 @@ def lower(plan: Plan, host) -> Lowered:
             "as with network: false (UDP and DNS included: names are resolved by the proxy)"
             + ("; the listed ports stay open as port rules: " + ", ".join(
                 f"{r.op} tcp {r.port_lo}" + (f"-{r.port_hi}" if r.port_hi != r.port_lo else "") for r in net.rules)
-               if net.rules else ""))
+               if net.rules else "")
+            # As with port rules alone: seccomp cannot tell a bound socket from an unbound one at listen().
+            + ("; listen() on a TCP socket that was never bound takes an ephemeral port without Landlock's bind "
+               "check, so the command can accept connections on a port no rule names"
+               if any(r.op == "bind" for r in net.rules) else ""))
     else:
         L.v("network: true", ENFORCED, net.span)
     L.v("socket families", NARROWED, BUILTIN_SPAN, seccomp.families_verdict_text())
