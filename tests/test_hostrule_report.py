@@ -55,3 +55,42 @@ def test_landlock_host_rules_with_a_bind_rule_name_the_listen_hole(tmp_path):
     assert status == "partial" and "never bound takes an ephemeral port" in why
     rows, _ = report(tmp_path, ["allow example.org"], "landlock")
     assert "ephemeral" not in rows["network: host rules"][1]
+
+
+def _group_compile(tmp_path, index_url):
+    (tmp_path / "sandbox.policy.yaml").write_text(
+        "sbxc: 1\ncache: {tools: []}\nfilesystem: [read /]\nhost_groups: {idx: [from pip]}\nnetwork: [allow @idx]\n")
+    home = str(tmp_path / "home")
+    os.makedirs(home, exist_ok=True)
+    env = fake_environ(home, PIP_INDEX_URL=index_url, PIP_CONFIG_FILE=os.devnull)
+    host = fake_host(home=home)
+    r = compile_policy(None, cwd=str(tmp_path), environ=env, host=host, overrides={"backend": "bwrap"})
+    assert r.plan is not None, [(d.code, d.message) for d in r.diagnostics]
+    return r, backends.lower("bwrap", r.plan, host)
+
+
+@pytest.mark.parametrize("url, why", [
+    ("http://0.0.0.0:18082/simple/", "unspecified address"),
+    ("http://*.example.org/simple/", "one host, not a pattern"),
+    ("http://%6c%6f.example/simple/", "not a valid host name"),
+    ("http://[::]:8080/simple/", "unspecified address"),
+])
+def test_a_group_host_no_rule_may_name_is_left_out(tmp_path, url, why):
+    """A toolchain's configured URL gives a host only where an `allow` rule could name it:
+    no wildcard, no unspecified address, no invalid name (the proxy would refuse to start,
+    or a pattern would widen the list)."""
+    r, lowered = _group_compile(tmp_path, url)
+    assert not r.plan.network.hosts
+    warned = [d for d in r.diagnostics if d.code == "SBX054"]
+    assert len(warned) == 1 and why in warned[0].message, r.diagnostics
+    # The control: a usable host from the same variable is kept.
+    r, lowered = _group_compile(tmp_path, "https://Index.Example.ORG./simple/")
+    assert [h.host for h in r.plan.network.hosts] == ["index.example.org"]
+    assert not [d for d in r.diagnostics if d.code == "SBX054"]
+
+
+def test_a_group_host_that_resolves_to_loopback_is_reported_narrowed(tmp_path):
+    r, lowered = _group_compile(tmp_path, "http://localhost:18081/simple/")
+    rows = {v.subject: v.status for v in lowered.verdicts}
+    assert rows["allow localhost:18081 (@idx: pip index-url ($PIP_INDEX_URL))"] == "narrowed"
+    assert any(d.code == "SBX048" and "localhost from pip index-url" in d.message for d in r.diagnostics)

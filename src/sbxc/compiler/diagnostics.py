@@ -79,6 +79,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX051": (ERROR, "{backend}: {subject}: partial: {why} (--strict)"),
     "SBX052": (ERROR, "backend {backend} is not available in this build: {why}"),
     "SBX053": (ERROR, "toolchain configuration {path} is not safe to use for @{group}: {why}"),
+    "SBX054": (WARNING, "host group @{group}: {source} names \"{host}\", which no rule may name ({why}); left out"),
 }
 
 

@@ -361,6 +361,28 @@ def _network(net: Value, diags: list, groups=(), reader=None) -> Network:
 _LOOPBACK_ADDRS = ("127.0.0.1", "[::1]")
 
 
+def _printable(text: str, n: int = 60) -> str:
+    """``text`` from a file that is no policy, safe to print: ASCII with every other or
+    non-printing character escaped, at most ``n`` characters."""
+    out = "".join(c if c.isascii() and c.isprintable() else f"\\u{ord(c):04x}" for c in text[:n])
+    return out if len(text) <= n else out + "…"
+
+
+def _group_host(host: str) -> tuple[str, str]:
+    """A host a toolchain's configuration names, in the proxy's reading (as an ``allow``
+    rule's, hostnames.parse_pattern), and "" ; or "" and why no rule may be made of it. A
+    configured URL names one host: a ``*`` in it is no wildcard."""
+    from .. import hostnames
+
+    if "*" in host:
+        return "", "a URL names one host, not a pattern"
+    try:
+        kind, value = hostnames.parse_pattern(host)
+    except hostnames.BadTarget as e:
+        return "", str(e)
+    return (hostnames.display("addr", value) if kind == "addr" else value), ""
+
+
 def _host_rules(rules: list[HostRuleAst], groups: dict, reader, diags: list) -> tuple[tuple[HostRule, ...], tuple]:
     """Host rules with groups expanded: one ``HostRule`` per host, duplicates reported."""
     from .diagnostics import suggest
@@ -402,7 +424,12 @@ def _host_rules(rules: list[HostRuleAst], groups: dict, reader, diags: list) -> 
                                                "write, name hosts for a group: remove it, or move the project out of "
                                                "the shared folder"))
                     for host, port, source in found:
-                        out.append(HostRule(host.lower(), (port,), r.span, r.text, r.canonical, source))
+                        canonical, why = _group_host(host)
+                        if why:
+                            diags.append(diag("SBX054", r.span, group=r.canonical, source=_printable(source, 200),
+                                              host=_printable(host), why=why))
+                            continue
+                        out.append(HostRule(canonical, (port,), r.span, r.text, r.canonical, source))
                 continue
             ports = (item.port,) if item.port else DEFAULT_HOST_PORTS
             out.append(HostRule(item.canonical, tuple(sorted(ports)), r.span, r.text, r.canonical,
@@ -421,17 +448,18 @@ def _host_rules(rules: list[HostRuleAst], groups: dict, reader, diags: list) -> 
     for h in final:
         why = ""
         name = h.host[2:] if h.host.startswith("*.") else h.host
-        if h.group:
-            pass
-        elif name == "localhost" or name.endswith(".localhost"):
+        # A group's host is reported with the group's rule, naming the host and where the
+        # toolchain's configuration gave it.
+        shown = f"{h.text} ({h.host} from {h.source})" if h.group else h.text
+        if name == "localhost" or name.endswith(".localhost"):
             if not loopback_ports.intersection(h.ports):
                 why = ("the name resolves to loopback, which the proxy connects to only where an address rule "
                        "names it")
-                diags.append(diag("SBX048", h.span, rule=h.text, why=why,
+                diags.append(diag("SBX048", h.span, rule=shown, why=why,
                                   hint="add `allow 127.0.0.1:PORT` for the port, if the host's own services are meant"))
         elif name == "invalid" or name.endswith(".invalid"):
             why = "names under .invalid never resolve"
-            diags.append(diag("SBX048", h.span, rule=h.text, why=why))
+            diags.append(diag("SBX048", h.span, rule=shown, why=why))
         marked.append(replace(h, unusable=why) if why else h)
     final = tuple(marked)
     inputs = tuple(sorted(used_reader.inputs.items())) if used_reader is not None else ()
