@@ -760,3 +760,95 @@ def test_the_proxy_process_does_not_import_the_socket_module():
     src = os.path.dirname(os.path.dirname(os.path.dirname(proxy_server.__file__)))
     r = subprocess.run([sys.executable, "-I", "-S", "-c", code, src], capture_output=True, text=True, timeout=30)
     assert r.stdout.strip() == "[]", r.stderr
+
+
+# --- what the person is told after the run (proxy_run.ProxyRun.finish) ----------------
+
+class _Status:
+    """Stands in for runstatus.current (an `exec --format json` run)."""
+
+    def __init__(self):
+        self.blocked = []
+        self.blocked_connections = 0
+
+    def note_blocked(self, host, port, rule, policy, reason):
+        self.blocked.append((host, port, rule or None, policy, reason))
+
+
+def _finish(p, monkeypatch, capsys):
+    from sbxc.runtime import proxy_run, runstatus
+
+    status = _Status()
+    monkeypatch.setattr(runstatus, "current", status)
+    run = proxy_run.ProxyRun(p, 0, "sandbox.policy.yaml:4", False)
+    run.finish("/x")
+    return capsys.readouterr().err.splitlines(), status
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_connections_reset_at_the_limit_are_told(echo, monkeypatch, capsys, mode):
+    """A flood past the connection limit is reset before any host is read: those are
+    still said after the run (text and JSON), so flooding the proxy first cannot hide what
+    it refused. The control: a run without the flood says nothing of the kind."""
+    p = start([("127.0.0.1", (echo.port,))], mode=mode, limits=Limits(max_connections=2))
+    held = []
+    try:
+        held = [dial(p) for _ in range(2 + 4)]  # the limit, then the few parked for a refusal
+        time.sleep(0.3)
+        for _ in range(5):
+            try:
+                c = dial(p)
+                held.append(c)
+                c.sendall(f"CONNECT 127.0.0.1:{echo.port} HTTP/1.1\r\n\r\n".encode())
+                c.recv(1)
+            except (ConnectionResetError, BrokenPipeError):
+                pass
+    finally:
+        for c in held:
+            c.close()
+    lines, status = _finish(p, monkeypatch, capsys)
+    want = ("sbxc: blocked connections that named no host (the proxy's limit of 2 open connections was reached; "
+            "no rule changes that)")
+    assert want in lines, lines
+    assert (None, None, None, "sandbox.policy.yaml:4",
+            "the proxy's limit of 2 open connections was reached; no rule changes that") in status.blocked
+    assert status.blocked_connections >= 5
+    # The control.
+    p = start([("127.0.0.1", (echo.port,))], mode=mode, limits=Limits(max_connections=2))
+    s, head = connect(p, f"127.0.0.1:{echo.port}")
+    assert head.startswith(b"HTTP/1.1 200")
+    s.close()
+    lines, status = _finish(p, monkeypatch, capsys)
+    assert lines == [] and status.blocked == [] and status.blocked_connections == 0
+
+
+def test_the_count_of_refusals_is_true_beyond_what_is_shown(echo, monkeypatch, capsys):
+    """More distinct refusals than are kept (proxy_server.MAX_REFUSALS) or shown: the last
+    line says how many connections were refused in all, and the JSON counts them too."""
+    from sbxc.runtime import proxy_server
+
+    n = proxy_server.MAX_REFUSALS + 40
+    p = start([("127.0.0.1", (echo.port,))], mode="process")
+    for i in range(n):
+        s, head = connect(p, f"127.0.{i // 250}.{2 + i % 250}:{echo.port}")
+        assert head.startswith(b"HTTP/1.1 403"), head
+        s.close()
+    lines, status = _finish(p, monkeypatch, capsys)
+    assert len(lines) == 21, lines
+    assert lines[-1] == (f"sbxc: ... and {proxy_server.MAX_REFUSALS - 20} more refusals not shown; "
+                         f"{n} connections refused in all"), lines[-1]
+    assert status.blocked_connections == n and len(status.blocked) == proxy_server.MAX_REFUSALS
+
+
+def test_a_proxy_failure_is_told_however_many_refusals(echo, monkeypatch, capsys):
+    """The warning that the proxy stopped serving is never among the lines the cap leaves
+    out."""
+    p = start([("127.0.0.1", (echo.port,))])
+    for i in range(30):
+        s, head = connect(p, f"127.0.1.{2 + i}:{echo.port}")
+        s.close()
+    p.stop()
+    p.failure = "its accept loop failed (test)"
+    lines, _ = _finish(p, monkeypatch, capsys)
+    assert lines[-1] == "sbxc: warning: the network proxy stopped serving during the run (its accept loop failed (test))"
+    assert lines[-2].startswith("sbxc: ... and 10 more refusals not shown; 30 connections refused in all"), lines

@@ -53,6 +53,8 @@ class ProxyRun:
         self.in_sandbox = in_sandbox
         """True: the proxy waits for its listener, made in the sandbox (``listen_in``)."""
         self.refused: list = []
+        self.refused_count = 0
+        """Every refused connection, counted (``refused`` keeps the distinct ones, up to a bound)."""
         self.failure = None
         self._stopped = False
 
@@ -82,25 +84,47 @@ class ProxyRun:
         self._stopped = True
         self.proxy.stop()
         self.refused = list(self.proxy.refused())
+        self.refused_count = max(int(getattr(self.proxy, "refused_count", 0) or 0), len(self.refused))
         self.failure = getattr(self.proxy, "failure", None)
 
     def finish(self, cwd: str) -> None:
-        """Stop the proxy and print one line per refused host (fixed text, sanitised names)."""
+        """Stop the proxy and print one line per refused host (fixed text, sanitised names),
+        one for the refusals that named no host, and the count when not all are shown."""
         self.stop()
         failure = self.failure
         found = [blocked(host, port, self.at, cwd, why) for host, port, why in self.refused if host]
+        # Refusals before a host was read (the connection limit's resets, a malformed or
+        # unsupported request): counted and said, so that flooding the proxy first cannot
+        # hide what it refused.
+        unnamed = sorted({_unnamed(why) for host, _port, why in self.refused if not host})
         lines = [blocked_text(*b) for b in found]
+        if unnamed:
+            lines.append(f"sbxc: blocked connections that named no host ({'; '.join(unnamed)})")
         # --format json loaded it (a text run does not): the same refusals as data.
         status = sys.modules.get(__package__ + ".runstatus")
         if status is not None and status.current is not None:
             for b in found:
                 status.current.note_blocked(*b)
-        if failure:
-            lines.append(f"sbxc: warning: the network proxy stopped serving during the run ({one_line(failure, 200)})")
+            for why in unnamed:
+                status.current.note_blocked(None, None, "", self.at, why)
+            status.current.blocked_connections = self.refused_count
         for line in lines[:_MAX_LINES]:
             sys.stderr.write(line + "\n")
-        if len(lines) > _MAX_LINES:
-            sys.stderr.write(f"sbxc: ... and {len(lines) - _MAX_LINES} more blocked connections\n")
+        shown = min(len(lines), _MAX_LINES)
+        if len(lines) > shown or self.refused_count > len(self.refused):
+            sys.stderr.write(f"sbxc: ... and {len(lines) - shown} more refusals not shown; "
+                             f"{self.refused_count} connections refused in all\n")
+        if failure:
+            # Never among the refusals the cap leaves out.
+            sys.stderr.write(f"sbxc: warning: the network proxy stopped serving during the run ({one_line(failure, 200)})\n")
+
+
+def _unnamed(reason: str) -> str:
+    """The feedback text for a refusal that named no host (the proxy's own fixed text)."""
+    if reason.startswith("too many connections"):
+        limit = "".join(ch for ch in reason if "0" <= ch <= "9")[:9]
+        return f"the proxy's limit of {limit} open connections was reached; no rule changes that"
+    return "".join(ch for ch in reason if ch.isascii() and (ch.isalnum() or ch in " .,:;()'/-_"))[:160]
 
 
 def _safe(text: str) -> str:

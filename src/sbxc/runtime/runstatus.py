@@ -79,13 +79,15 @@ class Recorder:
         self.state = state
         self.lines: list[str] = []
         self.blocked: list[dict] = []
+        self.blocked_connections = 0
         self._real = sys.stderr
         sys.stderr = _Tee(self._real, self.lines)
         global current
         current = self
 
-    def note_blocked(self, host: str, port: int, rule: str, policy: str, reason: str) -> None:
-        # rule: None where no rule would admit it (the connection limit, the unspecified address)
+    def note_blocked(self, host, port, rule: str, policy: str, reason: str) -> None:
+        # rule: None where no rule would admit it (the connection limit, the unspecified
+        # address); host and port: None for refusals before a host was read
         self.blocked.append({"host": host, "port": port, "rule": rule or None, "policy": policy, "reason": reason})
 
     def status(self, rc: int) -> dict:
@@ -103,7 +105,8 @@ class Recorder:
         # command could not be started. Any other status is the command's.
         refusal = errors[-1] if errors and rc in (125, 126, 127) else None
         return {"format": "sbxc-exec-status/1", "ran": bool(self.state.started) and refusal is None, "exit_status": rc,
-                "refusal": refusal, "blocked": self.blocked, "warnings": warnings, "hints": hints}
+                "refusal": refusal, "blocked": self.blocked, "blocked_connections": self.blocked_connections,
+                "warnings": warnings, "hints": hints}
 
     def finish(self, rc: int) -> None:
         global current
