@@ -618,7 +618,17 @@ def _child(spec, err_w: int, rep_w: int, mask=None) -> None:
         if spec.child_setup is not None:
             spec.child_setup()
         try:
-            os.execve(spec.argv[0], spec.argv, spec.env)
+            try:
+                os.execve(spec.argv[0], spec.argv, spec.env)
+            except OSError as e:
+                if e.errno != 8 or not spec.exec_is_command:  # ENOEXEC
+                    raise
+                # An executable file with no #! line is a shell script, as execvp (which
+                # bwrap and runc use) and a shell take it.
+                try:
+                    os.execve("/bin/sh", ["/bin/sh", spec.argv[0]] + list(spec.argv[1:]), spec.env)
+                except OSError:
+                    raise e from None
         except OSError as e:
             os.write(rep_w, f"exec:{e.errno}:{spec.argv[0]}".encode("utf-8", "replace"))
             code = 127 if e.errno == 2 else 126
