@@ -26,6 +26,7 @@ LEAVES = frozenset({
     "sbxc.landlock_abi",  # Landlock's access rights per ABI
     "sbxc.linkwalk",    # resolving a path link by link
     "sbxc.hostnames",   # host names and addresses of `allow` rules (compiler and proxy)
+    "sbxc.libseccomp",  # pyseccomp, imported with the system folders alone on PATH
 })
 
 # What each layer may import besides itself and the leaves.

@@ -106,9 +106,9 @@ ARCHES = ("x86_64", "aarch64")
 def _pyseccomp():
     # Imported here so that importing this module (e.g. for BUILTIN_DENY) stays cheap;
     # pyseccomp runs ldconfig through ctypes.util.find_library when first imported.
-    import pyseccomp
+    from ..libseccomp import load
 
-    return pyseccomp
+    return load()
 
 
 def _native_arch(s, arch: str) -> int:

@@ -39,7 +39,9 @@ class PolicyDoc:
 @functools.lru_cache(maxsize=1)
 def known_syscalls() -> frozenset[str]:
     """Names libseccomp knows for this machine's architecture (for "did you mean")."""
-    import pyseccomp
+    from ..libseccomp import load
+
+    pyseccomp = load()
 
     names = set()
     for nr in range(0, 1024):
@@ -52,7 +54,9 @@ def known_syscalls() -> frozenset[str]:
 
 
 def syscall_known(name: str) -> bool:
-    import pyseccomp
+    from ..libseccomp import load
+
+    pyseccomp = load()
 
     if not re.fullmatch(r"[a-z_][a-z0-9_]{0,63}", name):
         return False
