@@ -159,7 +159,10 @@ def blocked(host: str, port: int, at: str, cwd: str, reason: str = "") -> tuple:
                 # The name is allowed, but it resolves to an address the proxy uses only
                 # where an address rule names it (loopback, private, link-local ...).
                 addr = head.rpartition("(")[2].rstrip(")")
-                why = f"it resolves only to the non-public address {_safe(addr)}, which no rule in {where} names"
+                if "this host's own" in head:
+                    why = f"it resolves only to {_safe(addr)}, an address of this host itself, which no rule in {where} names"
+                else:
+                    why = f"it resolves only to the non-public address {_safe(addr)}, which no rule in {where} names"
             elif not rule:
                 why = (f"not allowed by {where}: the unspecified address stands for this host itself, which no rule "
                        "may name; connect to the address the service listens on")

@@ -150,6 +150,25 @@ def default_resolver(host: str) -> list[str]:
     return out
 
 
+def own_address(family: int, packed: bytes) -> bool:
+    """Is this one of this host's own addresses? A UDP socket connected to it (a route
+    lookup; nothing is sent) takes the address itself as its source exactly when the
+    kernel delivers to this host, on whichever interface the address is. An error means
+    no: the address is unreachable from here anyway."""
+    fam, raw = match.canonical_addr(family, packed)
+    try:
+        s = _socket.socket(fam, _socket.SOCK_DGRAM)
+    except OSError:
+        return False
+    try:
+        s.connect((match.addr_text(fam, raw), 9))
+        return _socket.inet_pton(fam, s.getsockname()[0].split("%", 1)[0]) == raw
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 class Server:
     def __init__(self, rules: match.Rules, listeners: list, limits, resolver=None):
         self.rules = rules
@@ -388,6 +407,17 @@ class Server:
             if not found:
                 raise Failure("resolve", "the name does not resolve")
             addrs = [a for a in found if self.rules.usable(a[0], a[1], port)]
+            # A public address of this host itself (an interface's) reaches the host's own
+            # services as loopback would: only an address rule opens it.
+            own = [a for a in addrs if not self.rules.address_allowed(a[0], a[1], port) and own_address(*a)]
+            if own:
+                addrs = [a for a in addrs if a not in own]
+            if not addrs and own:
+                first = match.display("addr", own[0])
+                why = f"resolves only to this host's own addresses ({first})"
+                hint = match.rule_hint("addr", own[0], port)
+                self.note(shown, port, f"{why}; if that is meant, add: {hint}")
+                raise Failure("rules", why)
             if not addrs:
                 first = match.display("addr", found[0])
                 why = f"resolves only to non-public addresses ({first})"
