@@ -917,3 +917,66 @@ def test_a_name_resolving_to_this_hosts_own_public_address_needs_an_address_rule
     assert lines[0] == "own True False", r.stdout
     assert "this host's own addresses (11.22.33.44)" in lines[1]
     assert lines[2] == "with address rule 200 1", r.stdout
+
+
+def test_peer_uid_reads_the_clients_owner(echo):
+    """The host-loopback listener (Landlock, macOS) serves only the caller's processes: the
+    owner of a client's socket comes from /proc/net/tcp."""
+    from sbxc.runtime.proxy_server import _diag_uid, _proc_uid, peer_uid
+
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        lst = socket.create_server((host, 0), family=family)
+        c = socket.create_connection(lst.getsockname()[:2])
+        conn, _ = lst.accept()
+        try:
+            assert peer_uid(conn) == os.getuid()
+            peer, me = conn.getpeername(), conn.getsockname()
+            src, dst = socket.inet_pton(family, peer[0]), socket.inet_pton(family, me[0])
+            # Both ways of asking agree: the kernel's lookup and the table.
+            assert _diag_uid(family, src, peer[1], dst, me[1]) == _proc_uid(family, src, peer[1], dst, me[1]) == os.getuid()
+            # The control: a port no socket has is not found.
+            assert _diag_uid(family, src, peer[1] ^ 1, dst, me[1]) == -1
+            assert _proc_uid(family, src, peer[1] ^ 1, dst, me[1]) is None
+        finally:
+            c.close()
+            conn.close()
+            lst.close()
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_another_users_client_is_not_served(echo, mode):
+    """Another local user reaches the proxy's loopback port too: it gets nothing (no
+    tunnel, no slot) and leaves nothing in the run's report. As root, the other user is a
+    child that drops to uid 65534; otherwise the control alone runs (the caller's own
+    client is served), and the foreign case is run by the root pass."""
+    p = start([("127.0.0.1", (echo.port,))], mode=mode)
+    try:
+        s, head = connect(p, f"127.0.0.1:{echo.port}")  # the control: the caller's own client
+        assert head.startswith(b"HTTP/1.1 200"), head
+        s.close()
+        if os.geteuid() == 0:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.close(r)
+                    os.setgroups([])
+                    os.setgid(65534)
+                    os.setuid(65534)
+                    c = socket.create_connection(p.tcp_address, timeout=5)
+                    c.sendall(f"CONNECT 127.0.0.2:{echo.port} HTTP/1.1\r\n\r\n".encode())
+                    try:
+                        got = c.recv(64)
+                    except ConnectionResetError:
+                        got = b""
+                    os.write(w, got or b"closed")
+                finally:
+                    os._exit(0)
+            os.close(w)
+            got = os.read(r, 64)
+            os.waitpid(pid, 0)
+            os.close(r)
+            assert got == b"closed", got
+    finally:
+        p.stop()
+    assert [h for h, _, _ in p.refused()] == []  # the foreign CONNECT left no refusal

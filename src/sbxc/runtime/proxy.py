@@ -103,6 +103,15 @@ class Proxy:
         self.refused_count = 0
         """Refusals in all, also those beyond the distinct ones kept."""
 
+    def _peer_uid(self):
+        """The uid a TCP client must have: the caller's, for a listener of its own on the
+        host's loopback (Landlock, macOS: every local user reaches it); None for one made
+        in the sandbox's network namespace (``deferred``: only the sandbox reaches it)
+        and where /proc/net/tcp cannot tell (not Linux)."""
+        if self._deferred or not sys.platform.startswith("linux"):
+            return None
+        return os.getuid()
+
     @property
     def address(self):
         """The TCP (host, port) when listening on TCP, else the Unix socket path."""
@@ -149,7 +158,7 @@ class Proxy:
             import socket
 
             socks = [socket.socket(fileno=lst.detach()) for lst in listeners]
-            self._server = Server(self.rules, socks, self.limits, self._resolver)
+            self._server = Server(self.rules, socks, self.limits, self._resolver, self._peer_uid())
             _thread.start_new_thread(self._server.serve, ())
             return
         import _signal
@@ -358,7 +367,7 @@ def _child(ctl, listeners, proxy: Proxy, mask) -> int:
 
     from .proxy_server import Server
 
-    server = Server(proxy.rules, listeners, proxy.limits, proxy._resolver)
+    server = Server(proxy.rules, listeners, proxy.limits, proxy._resolver, proxy._peer_uid())
     _thread.start_new_thread(server.serve, ())
     try:
         # Ready: from now on a refusal can happen, so the parent waits for the report.

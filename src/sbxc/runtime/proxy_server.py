@@ -150,6 +150,83 @@ def default_resolver(host: str) -> list[str]:
     return out
 
 
+def peer_uid(conn) -> int | None:
+    """The uid owning the other end of a TCP connection on this host's loopback; None
+    when it is not found (the client is gone). Asked of the kernel by the connection's
+    exact addresses (sock_diag: one lookup, whatever the number of sockets), else read
+    from /proc/net/tcp or tcp6."""
+    try:
+        peer, me = conn.getpeername(), conn.getsockname()
+    except OSError:
+        return None
+    fam = conn.family
+    praw = _socket.inet_pton(fam, peer[0].split("%", 1)[0])
+    mraw = _socket.inet_pton(fam, me[0].split("%", 1)[0])
+    uid = _diag_uid(fam, praw, peer[1], mraw, me[1])
+    if uid is not None:
+        return uid if uid >= 0 else None
+    return _proc_uid(fam, praw, peer[1], mraw, me[1])
+
+
+_SOCK_DIAG_BY_FAMILY = 20
+_NLMSG_ERROR = 2
+
+
+def _diag_uid(fam: int, src: bytes, sport: int, dst: bytes, dport: int) -> int | None:
+    """The uid of the TCP socket bound to (src, sport) and connected to (dst, dport), from
+    NETLINK_SOCK_DIAG: -1 when the kernel has none, None when the lookup cannot be made."""
+    pad = bytes(16 - len(src))
+    sockid = (sport.to_bytes(2, "big") + dport.to_bytes(2, "big") + src + pad + dst + pad
+              + bytes(4) + b"\xff" * 8)  # any interface; INET_DIAG_NOCOOKIE
+    # inet_diag_req_v2: family, protocol, ext, pad, states (all), the socket's id.
+    req = bytes((fam, 6, 0, 0)) + (0xFFFFFFFF).to_bytes(4, "little") + sockid
+    msg = ((16 + len(req)).to_bytes(4, sys.byteorder) + _SOCK_DIAG_BY_FAMILY.to_bytes(2, sys.byteorder)
+           + (1).to_bytes(2, sys.byteorder) + bytes(8) + req)  # NLM_F_REQUEST: one exact lookup
+    try:
+        nl = _socket.socket(16, _socket.SOCK_DGRAM, 4)  # AF_NETLINK, NETLINK_SOCK_DIAG
+    except OSError:
+        return None
+    try:
+        nl.settimeout(1.0)
+        nl.send(msg)
+        data = nl.recv(8192)
+    except OSError:
+        return None
+    finally:
+        nl.close()
+    if len(data) < 16:
+        return None
+    kind = int.from_bytes(data[4:6], sys.byteorder)
+    if kind == _NLMSG_ERROR:
+        return -1
+    if kind != _SOCK_DIAG_BY_FAMILY or len(data) < 16 + 72 + 4:
+        return None
+    # inet_diag_msg: family, state, timer, retrans, the id (48), expires, rqueue, wqueue, uid.
+    return int.from_bytes(data[16 + 64:16 + 68], sys.byteorder)
+
+
+def _proc_uid(fam: int, src: bytes, sport: int, dst: bytes, dport: int) -> int | None:
+    def key(raw: bytes, port: int) -> str:
+        # The kernel prints each 32-bit word of the address in host byte order.
+        words = "".join(f"{int.from_bytes(raw[i:i + 4], sys.byteorder):08X}" for i in range(0, len(raw), 4))
+        return f"{words}:{port:04X}"
+
+    want = (key(src, sport), key(dst, dport))
+    try:
+        with open("/proc/net/tcp6" if fam == _socket.AF_INET6 else "/proc/net/tcp", "rb") as f:
+            table = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    for line in table.split("\n")[1:]:
+        fields = line.split()
+        if len(fields) > 7 and (fields[1], fields[2]) == want:
+            try:
+                return int(fields[7])
+            except ValueError:
+                return None
+    return None
+
+
 def own_address(family: int, packed: bytes) -> bool:
     """Is this one of this host's own addresses? A UDP socket connected to it (a route
     lookup; nothing is sent) takes the address itself as its source exactly when the
@@ -170,9 +247,14 @@ def own_address(family: int, packed: bytes) -> bool:
 
 
 class Server:
-    def __init__(self, rules: match.Rules, listeners: list, limits, resolver=None):
+    def __init__(self, rules: match.Rules, listeners: list, limits, resolver=None, peer_uid: int | None = None):
         self.rules = rules
         self.listeners = listeners
+        self.peer_uid = peer_uid
+        """With a uid: a TCP client is served only when its socket is that user's (the
+        caller's; a listener on the host's loopback, which every local user reaches)."""
+        self.foreign = 0
+        """TCP clients of other users, closed unserved."""
         self.limits = limits
         self.resolver = resolver or default_resolver
         self.lock = _thread.allocate_lock()
@@ -239,6 +321,14 @@ class Server:
             except OSError:
                 return  # EMFILE and the like: the client sees a reset; the loop goes on
             conn = _socket.socket(lst.family, lst.type, lst.proto, fd)
+            if self.peer_uid is not None and lst.family != _socket.AF_UNIX and \
+                    peer_uid(conn) != self.peer_uid:
+                # Another user's process (or one that is gone already): it gets nothing of
+                # this run's rules, takes no slot, and leaves nothing in the run's report.
+                with self.lock:
+                    self.foreign += 1
+                conn.close()
+                continue
             with self.lock:
                 n = self.active
                 if n < limit + overflow:
