@@ -139,6 +139,9 @@ def test_host_rules_deny_all_egress_and_say_so(case_root):
     netpol = next(d for d in _walk_docs(out) if d["kind"] == "NetworkPolicy")
     assert [r for r in netpol["spec"]["egress"] if "to" in r or not r.get("ports")] == []
     assert "allow example.org: narrowed: a NetworkPolicy cannot allow a host name" in err
+    # An address rule is no host name: it is left out because the export makes no allow of it.
+    assert ("allow 127.0.0.2:5432: narrowed: the export starts no proxy and turns no address rule into a "
+            "NetworkPolicy allow") in err, err
 
 
 def test_export_of_a_broken_policy_is_1(case_root):

@@ -180,9 +180,13 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
         for h in getattr(net, "hosts", ()):
             # A NetworkPolicy matches addresses and ports, never names, and no proxy runs in
             # the Pod: the host gets no egress rule, so it stays unreachable.
-            verdicts.append(verdict(TARGET, h.text, NARROWED, h.span,
-                                    "a NetworkPolicy cannot allow a host name and the export starts no proxy: "
-                                    "egress to it is denied with the rest"))
+            from ..hostnames import parse_addr
+
+            literal = h.host[1:-1] if h.host.startswith("[") else h.host
+            why = ("the export starts no proxy and turns no address rule into a NetworkPolicy allow"
+                   if parse_addr(literal) is not None else
+                   "a NetworkPolicy cannot allow a host name and the export starts no proxy")
+            verdicts.append(verdict(TARGET, h.text, NARROWED, h.span, why + ": egress to it is denied with the rest"))
     else:
         verdicts.append(verdict(TARGET, "network: true", ENFORCED, net.span))
 
