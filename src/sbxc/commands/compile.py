@@ -196,7 +196,6 @@ def _display(path: str, cwd: str) -> str:
 
 
 def _write_atomic(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    from ._output import write_file
+
+    write_file(path, data)

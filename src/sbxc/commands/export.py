@@ -351,7 +351,6 @@ def write_bundle(directory: str, planfile_bytes: bytes, config: dict, plan, link
 
 
 def _write_atomic(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    from ._output import write_file
+
+    write_file(path, data)
