@@ -94,3 +94,31 @@ def test_a_group_host_that_resolves_to_loopback_is_reported_narrowed(tmp_path):
     rows = {v.subject: v.status for v in lowered.verdicts}
     assert rows["allow localhost:18081 (@idx: pip index-url ($PIP_INDEX_URL))"] == "narrowed"
     assert any(d.code == "SBX048" and "localhost from pip index-url" in d.message for d in r.diagnostics)
+
+
+def _locked_compile(tmp_path, child_groups):
+    (tmp_path / "base.yaml").write_text(
+        "sbxc: 1\ncache: {tools: []}\nfilesystem: [read /]\nnetwork: [allow @g]\n"
+        "host_groups: {g: [\"127.0.0.1:1\", \"127.0.0.1:2\"]}\nlocked: [network]\n")
+    (tmp_path / "sandbox.policy.yaml").write_text(f"sbxc: 1\nextends: [base.yaml]\nhost_groups: {child_groups}\n")
+    home = str(tmp_path / "home")
+    os.makedirs(home, exist_ok=True)
+    return compile_policy(None, cwd=str(tmp_path), environ=fake_environ(home), host=fake_host(home=home),
+                          overrides={})
+
+
+@pytest.mark.parametrize("groups", ['{g: ["127.0.0.1:18081"]}', '{g: ["127.0.0.1:1", "127.0.0.1:3"]}',
+                                    '{h: ["127.0.0.1:9"]}'])
+def test_a_locked_network_locks_the_groups_its_rules_name(tmp_path, groups):
+    """Redefining a group would widen a locked network's rules without touching them."""
+    r = _locked_compile(tmp_path, groups)
+    assert r.plan is None
+    d = [d for d in r.diagnostics if d.code == "SBX023"]
+    assert len(d) == 1 and '"network" is locked' in d[0].message and " to @" in d[0].message, r.diagnostics
+
+
+def test_a_locked_networks_group_may_lose_hosts(tmp_path):
+    """The control: tightening a group under the lock is allowed, and takes effect."""
+    r = _locked_compile(tmp_path, '{g: ["127.0.0.1:1"]}')
+    assert r.plan is not None, [(d.code, d.message) for d in r.diagnostics]
+    assert [(h.host, h.ports) for h in r.plan.network.hosts] == [("127.0.0.1", (1,))]

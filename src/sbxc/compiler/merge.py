@@ -109,6 +109,11 @@ def _loosening_scalar(key: str, old, new, added) -> str:
         return ""
     if key in ("syscalls.deny",):
         return ""
+    if key.startswith("host_groups."):
+        # A group may lose items under a lock, never gain one.
+        had = {_item_key(i) for i in old or ()}
+        extra = [i for i in new or () if _item_key(i) not in had]
+        return f"adds {_item_text(extra[0])} to @{key.split('.', 1)[1]}" if extra else ""
     if key == "landlock.min_abi":
         return f"lowers min_abi to {new} from {old}" if old is not None and new < old else ""
     if key in ("landlock.best_effort", "syscalls.allow_unix_sockets"):
@@ -124,6 +129,15 @@ def _loosening_scalar(key: str, old, new, added) -> str:
     if new != old:
         return f"changes {key} from {describe_value(old)} to {describe_value(new)}"
     return ""
+
+
+def _item_text(item) -> str:
+    return str(getattr(item, "text", None) or getattr(item, "value", item))
+
+
+def _item_key(item) -> tuple:
+    """What a host-group item admits, whatever its spelling and place."""
+    return (getattr(item, "kind", ""), getattr(item, "canonical", _item_text(item)), getattr(item, "port", 0))
 
 
 def _flatten(doc) -> list[tuple[str, object, Span, Span]]:
@@ -153,6 +167,10 @@ def apply_document(m: Merged, doc, base_dir: str, diags: list[Diagnostic]) -> No
     for key, value, span, key_span in _flatten(doc):
         top = key.split(".")[0]
         lock_span = m.locked.get(top)
+        if top == "host_groups" and lock_span is None and "network" in m.locked:
+            # A locked network locks the groups its rules may name: redefining one would
+            # widen the rules without touching them.
+            top, lock_span = "network", m.locked["network"]
         if key == "env.set":
             for name, loc in value.items():
                 prev = m.env_set.get(name)
