@@ -164,6 +164,14 @@ _PolicyResolver.add_implicit_resolver(
     "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""])
 
 
+# The YAML 1.2 core schema's forms, for a scalar tagged explicitly (!!bool "yes" is no
+# boolean of that schema); the same patterns the resolver uses for plain scalars.
+_CORE_FORMS = {tag: regexp for tag, regexp in (
+    (tag, next(r for t, r in _PolicyResolver.yaml_implicit_resolvers.get(first, []) if t == tag))
+    for tag, first in (("tag:yaml.org,2002:bool", "t"), ("tag:yaml.org,2002:int", "0"),
+                       ("tag:yaml.org,2002:float", "."), ("tag:yaml.org,2002:null", "~")))}
+
+
 class _PolicyLoader(Reader, Scanner, Parser, Composer, _PolicyResolver):
     def __init__(self, stream):
         Reader.__init__(self, stream)
@@ -248,6 +256,13 @@ def _convert(node, src: SourceFile, budget: _Budget, depth: int, diags: list[Dia
         plain = node.tag.startswith(_IMPLIED)
         if plain:
             node.tag = node.tag[len(_IMPLIED):]
+        core = None if plain else _CORE_FORMS.get(node.tag)
+        if core is not None and not core.match(node.value):
+            # An explicit tag on text that the tag's YAML 1.2 core form does not take:
+            # readers differ (PyYAML reads !!bool "yes" as true, and would read "garbage"
+            # as an error), so sbxc takes no side.
+            diags.append(diag("SBX055", span, tag=node.tag.rsplit(":", 1)[-1], text=shorten(node.value)))
+            return YScalar(node.value, span, text=node.value, plain=False)
         value = _scalar_value(node)
         if isinstance(value, str):
             col0, cols = _scalar_positions(src.text, node, value)
