@@ -255,6 +255,38 @@ def test_a_link_planted_in_the_workspace_never_carries_a_rule_to_the_host(s, pro
     assert s("session", "stop", sid).rc == 0
 
 
+def test_a_link_in_the_workspace_never_chooses_a_bind_source(s, project, tmp_path):
+    """bwrap binds a rule inside the project from the workspace, and resolves the source on
+    the host, following links. A command of the session leaves `out` as a relative link to
+    a host folder the policy keeps read-only; once `write? {project}/out` applies (the
+    person makes `out` in the host project), that folder would be bound writable at
+    {project}/out. Such a run is refused (125, one line). On Landlock the rule is opened
+    without following the link, and the write is refused. The control: the folder is
+    read-only by its own path."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "v.txt").write_text("orig\n")
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write(f"sbxc: 1\nextends: [builtin:default]\nnetwork: false\n"
+                f"filesystem:\n  - read {victim}\n  - write? {{project}}/out\n")
+    sid = s.start("--policy", os.path.join(project, "sandbox.policy.yaml"))
+    ws = f"{sessions_root()}/s-{sid}/ws"
+    rel = os.path.relpath(str(victim), ws)
+    r = s.sh(sid, f"echo x > {victim}/v.txt; ln -s {rel} out && echo linked")
+    assert "linked" in r.out and f"cannot create {victim}/v.txt" in r.err, r  # the control
+    os.mkdir(os.path.join(project, "out"))
+    r = s.sh(sid, "echo FROM-SESSION > out/v.txt; echo rc=$?")
+    if s.backend == "bwrap":
+        refusals = [ln for ln in r.err.splitlines() if not ln.startswith("sbxc: warning: ")]
+        assert r.rc == 125 and r.out == "" and len(refusals) == 1, r
+        assert "is a symlink, and the policy binds that path" in r.err, r
+    else:
+        # Landlock: the rule is opened without following the link; the write is refused.
+        assert "rc=2" in r.out and "Permission denied" in r.err, r
+    assert (victim / "v.txt").read_text() == "orig\n", "the session wrote a read-only host folder"
+    assert s("session", "discard", sid).rc == 0 or s("session", "stop", sid).rc == 0
+
+
 def test_apply_refuses_a_link_that_leaves_the_project_through_another_link(s, project):
     """`up -> ../../..` stays in the project, and `esc -> up/../../../../etc/passwd` reads as
     if it did too, but through `up` it is /etc/passwd. A link whose target passes through

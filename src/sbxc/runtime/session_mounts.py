@@ -32,6 +32,31 @@ def _moved(path: str, project: str, ws: str) -> str:
     return ws + path[len(project):]
 
 
+def _no_link_below(ws: str, path: str) -> None:
+    """Refuse a bind source in the workspace reached through a symlink. bwrap resolves a
+    source on the host, following links; one that a command of the session left in the
+    workspace would choose which host folder is bound, writable where the rule is
+    ``write`` (the rule names a path in the project, the workspace holds the link). The
+    compiler checks the host project's paths, not the workspace's."""
+    import os
+    import stat
+
+    at = ws
+    for name in path[len(ws):].strip("/").split("/") if path != ws else ():
+        at = at + "/" + name
+        try:
+            st = os.lstat(at)
+        except FileNotFoundError:
+            return  # bwrap's own check: a missing source fails (or is skipped, for -try)
+        except OSError as e:
+            raise Refusal(f"cannot check {at} in the session's workspace ({e.strerror})",
+                          "check the workspace's permissions") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise Refusal(f"{at} in the session's workspace is a symlink, and the policy binds that path",
+                          "remove the link from the workspace (a command of the session made it), or "
+                          "discard the session")
+
+
 def bwrap_argv(opts: list, project: str, ws: str, access: str) -> list:
     """bwrap options with the workspace in the project's place (see the module text).
     ``access``: what the deepest rule containing the project grants it."""
@@ -54,6 +79,7 @@ def bwrap_argv(opts: list, project: str, ws: str, access: str) -> list:
             if _inside(src, project):
                 direct = direct or (src == project and dest == project)
                 src = _moved(src, project, ws)
+                _no_link_below(ws, src)
             out += [a, src, dest]
             i += 3
             continue
