@@ -505,6 +505,28 @@ def test_stop_refuses_while_a_command_runs(s, project):
     assert s("session", "stop", sid).rc == 0
 
 
+def test_apply_refuses_while_a_command_runs(s, project):
+    """A command still running could change a file after the diff was read, or grow one
+    past the quota while it is copied: apply waits for nothing and refuses instead, and
+    applies once the command ended (the control)."""
+    sid = s.start()
+    p = subprocess.Popen(sbxc_argv("exec", "--backend", s.backend, "--session", sid, "--", "sh", "-c",
+                                   "echo safe > a.txt; echo up > up; sleep 3; echo evil > a.txt"),
+                         env=base_env(s.home), cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while not os.path.exists(f"{sessions_root()}/s-{sid}/ws/up") and time.time() < deadline:
+        time.sleep(0.02)
+    r = s("session", "apply", sid)
+    assert r.rc == 1 and "in use" in r.err and "nothing was applied" in r.err, r
+    assert not os.path.exists(os.path.join(project, "a.txt"))
+    p.wait(timeout=30)
+    r = s("session", "apply", sid)
+    assert r.rc == 0 and "applied: a.txt (added)" in r.out, r
+    with open(os.path.join(project, "a.txt")) as f:
+        assert f.read() == "evil\n"  # what the diff would show now
+    assert s("session", "stop", sid).rc == 0
+
+
 def test_stage_and_ephemeral(s, project, home):
     cfg = os.path.join(home, ".config", "tool")
     sid = s.start("--stage", f"{cfg}:.agent/tool")

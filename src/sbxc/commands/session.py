@@ -238,6 +238,13 @@ def _apply(args) -> int:
 
     fd, meta, manifest, ws = _open(args.id)
     try:
+        # No command of the session may run meanwhile (they hold the folder's lock shared):
+        # what is applied is what the diff showed, and the quota counted holds to the end.
+        from ..runtime.sessions import try_lock
+
+        if not try_lock(fd):
+            raise Refusal(f"session {args.id} is in use (a command of it is running, or it is starting); "
+                          "nothing was applied", "apply once its commands have ended")
         limit = _settings(meta).get("max_bytes")
         if limit is not None:
             size = size_of(fd)
