@@ -307,6 +307,27 @@ def test_apply_refuses_a_link_that_leaves_the_project_through_another_link(s, pr
     assert s("session", "stop", sid).rc == 0
 
 
+def test_apply_refuses_a_link_that_a_later_apply_would_lead_out(s, project):
+    """Across applies: `notes -> d1/d2/d3/e/../../../../etc/passwd` passes through no link
+    when applied, and e is a folder; a later apply replaces e with `../../..` (inside by
+    itself). Together they lead to /etc/passwd. A target with `..` after a name is refused
+    (the kernel resolves it from what that name is when followed); the control: a plain
+    `../..`-then-names target is applied."""
+    fill(project)
+    sid = s.start()
+    r = s.sh(sid, "mkdir -p d1/d2/d3/e && ln -s d1/d2/d3/e/../../../../etc/passwd notes "
+                  "&& ln -s ../../../run.sh d1/d2/d3/plain && echo made")
+    assert r.rc == 0 and "made" in r.out, r
+    r = s("session", "apply", sid)
+    assert "refused: notes" in r.out and "applied: d1/d2/d3/plain (added)" in r.out, r
+    assert os.path.realpath(os.path.join(project, "d1", "d2", "d3", "plain")) == os.path.join(project, "run.sh")
+    r = s.sh(sid, "rmdir d1/d2/d3/e && ln -s ../../.. d1/d2/d3/e && echo swapped")
+    assert "swapped" in r.out, r
+    s("session", "apply", sid)
+    assert not os.path.lexists(os.path.join(project, "notes"))
+    assert s("session", "stop", sid).rc == 0
+
+
 def test_diff_and_apply_show_names_the_command_chose_as_escapes(s, project):
     """File names are the session's command's choice: a newline or a terminal escape in
     one would forge lines of `session diff` and `session apply` (a fake "refused:" line

@@ -133,6 +133,15 @@ def _link_inside(rel: str, target: str, roots=()) -> bool:
     one. With no link on the way the text is what the kernel resolves."""
     if target.startswith("/") or not target:
         return False
+    # Only the plain form: leading ".." and then names. In "d/e/../x" the kernel resolves
+    # ".." from what d/e is when the link is followed; a later apply can make d/e a link
+    # (itself inside the project), and the two together lead out of it.
+    parts = target.rstrip("/").split("/")
+    ups = 0
+    while ups < len(parts) and parts[ups] == "..":
+        ups += 1
+    if any(p in ("", ".", "..") for p in parts[ups:]):
+        return False
     path = rel.split("/")[:-1]  # the folders above the link inside the project
     for part in target.split("/"):
         if part == "..":
