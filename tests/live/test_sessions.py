@@ -565,6 +565,25 @@ def test_stage_and_ephemeral(s, project, home):
     assert not [n for n in os.listdir(sessions_root()) if n.startswith("s-")]
 
 
+def test_staged_files_stay_staged_in_a_fork_of_a_snapshot(s, project, home):
+    """A snapshot's session staged credentials; a session started from the snapshot had
+    them in its diff and applied them into the project. They stay staged. The control: a
+    file the fork's command makes is in the diff and applied."""
+    cfg = os.path.join(home, ".config", "tool")
+    sid = s.start("--stage", f"{cfg}:.agent/tool")
+    assert s("session", "stop", sid, "--snapshot", "snapA").rc == 0
+    fork = s.start("--from", "snapA")
+    r = s.sh(fork, "cat .agent/tool/settings && echo made > new.txt")
+    assert r.rc == 0 and r.out == "visible\n", r
+    d = s("session", "diff", fork)
+    assert ".agent" not in d.out and "new.txt" in d.out, d
+    r = s("session", "apply", fork)
+    assert "applied: new.txt (added)" in r.out and ".agent" not in r.out, r
+    assert not os.path.exists(os.path.join(project, ".agent"))
+    assert s("session", "stop", fork).rc == 0
+    assert s("session", "drop", "snapA").rc == 0
+
+
 def test_warm_pool_is_used_only_while_the_project_is_unchanged(s, project):
     first = s("session", "start", "--format", "json")
     import json

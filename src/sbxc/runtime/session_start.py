@@ -87,8 +87,12 @@ def start(project: str, settings: dict, environ, from_snapshot: str = "", stage=
     try:
         # How a copy is made (``method`` reads the mount table) is asked only when one is.
         source = {"project": project, "src": project}
+        inherited = []
         if from_snapshot:
             source.update(_snapshot_source(store_fd, store, from_snapshot, project))
+            # What was staged into the snapshot's session stays staged in a fork of it:
+            # never part of a diff or an apply.
+            inherited = [p for p in str(source.pop("staged", "")).split("\x1f") if p]
         sid = new_id()
         name = SESSION_PREFIX + sid
         with StoreLock(store_fd):
@@ -117,6 +121,7 @@ def start(project: str, settings: dict, environ, from_snapshot: str = "", stage=
                     manifest = sc.record(project, f"{store}/{name}/ws", started)
                 write_manifest(fd, manifest)
             staged = _stage(f"{store}/{name}/ws", list(settings.get("stage") or ()) + list(stage), environ)
+            staged = inherited + [p for p in staged if p not in inherited]
             meta.update(state="ephemeral" if ephemeral else "ready", ready_ns=sc.now_ns(), method=how,
                         staged="\x1f".join(staged))
             write_meta(fd, meta)
@@ -150,7 +155,7 @@ def _snapshot_source(store_fd: int, store: str, name: str, project: str) -> dict
             raise SessionError(f"snapshot {name} is of another project ({meta.get('project')})",
                                "start it with that project's policy")
         return {"snapshot": name, "uid": meta.get("uid", ""), "src": f"{store}/{SNAPSHOT_PREFIX}{name}/ws",
-                "ready_ns": meta.get("ready_ns", "0")}
+                "ready_ns": meta.get("ready_ns", "0"), "staged": meta.get("staged", "")}
     finally:
         os.close(fd)
 
