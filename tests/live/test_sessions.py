@@ -351,6 +351,24 @@ def test_diff_and_apply_show_names_the_command_chose_as_escapes(s, project):
     assert s("session", "stop", sid).rc == 0
 
 
+def test_diff_shows_control_characters_in_contents_as_escapes(s, project):
+    """A file's contents are the command's too: an escape sequence in a changed line could
+    move the cursor and erase the change list above it on the reviewer's terminal. They
+    are shown escaped; tabs and the text around stay. The control: the file reaches the
+    host byte for byte."""
+    fill(project)
+    sid = s.start()
+    r = s.sh(sid, "printf 'safe\\tline\\033[3A\\033[2Kend\\n' > msg.txt && echo ok")
+    assert r.rc == 0 and "ok" in r.out, r
+    d = s("session", "diff", sid)
+    assert "\x1b" not in d.out, d.out
+    assert "+safe\tline\\x1b[3A\\x1b[2Kend\n" in d.out, d.out
+    assert s("session", "apply", sid).rc == 0
+    with open(os.path.join(project, "msg.txt"), "rb") as f:
+        assert f.read() == b"safe\tline\x1b[3A\x1b[2Kend\n"
+    assert s("session", "stop", sid).rc == 0
+
+
 def test_a_folder_the_session_made_unreadable_is_said_not_a_crash(s, project):
     """A session's command can make a folder of its workspace unreadable (chmod 000).
     `session diff` and `session apply` then say which folder they cannot read, in one

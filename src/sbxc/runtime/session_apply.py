@@ -91,7 +91,19 @@ def unified(meta: dict, ws: str, rel: str, change: str, limit: int = 1 << 20) ->
     new = [] if change == "deleted" else _read_text(ws, rel, limit)
     if old is None or new is None:
         return ""
-    return "".join(difflib.unified_diff(old, new, f"a/{shown(rel)}", f"b/{shown(rel)}"))
+    lines = difflib.unified_diff(old, new, f"a/{shown(rel)}", f"b/{shown(rel)}")
+    # The contents are the command's too: a control character in them (an escape sequence
+    # that moves the cursor or clears a line) could rewrite what the person sees above.
+    # Shown as escapes, tabs aside; the line ends stay.
+    return "".join(_visible(line) for line in lines)
+
+
+def _visible(line: str) -> str:
+    end = "\n" if line.endswith("\n") else ""
+    body = line[:-1] if end else line
+    if all(c.isprintable() or c == "\t" for c in body):
+        return line
+    return "".join(c if c.isprintable() or c == "\t" else shown(c) for c in body) + end
 
 
 # ------------------------------------------------------------------ apply
