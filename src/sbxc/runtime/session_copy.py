@@ -144,10 +144,24 @@ def walk(top: str):
 
             raise Refusal(f"cannot read the folder {shown(where)} ({e.strerror})",
                           "make it readable again (chmod u+rwx), from the session if it is the session's") from None
+        except OSError as e:
+            # ENAMETOOLONG and the like: folders nested so deep that the workspace's longer
+            # path passes the system's limit where the project's did not.
+            from .errors import Refusal, shown
+
+            raise Refusal(f"cannot read the folder {shown(where[:200])}... ({e.strerror})",
+                          "remove the deep folders from the session (sbxc exec --session ID -- rm -r ...)") from None
         with it:
             for e in it:
                 r = rel + "/" + e.name if rel else e.name
-                st = e.stat(follow_symlinks=False)
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError as err:
+                    from .errors import Refusal, shown
+
+                    raise Refusal(f"cannot read the folder {shown(where[:200])}... ({err.strerror})",
+                                  "remove the deep folders from the session (sbxc exec --session ID -- rm -r ...)"
+                                  ) from None
                 yield r, st
                 if stat.S_ISDIR(st.st_mode):
                     todo.append(r)
