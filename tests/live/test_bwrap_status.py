@@ -38,12 +38,26 @@ def test_exec_failures_inside_are_127_and_126(sbxc):
     127/126: the command's file is missing or not executable inside the sandbox."""
     r = sbxc(DEFAULT, "/nonexistent/sbxc-no-such-program")
     assert r.rc == 127, r
+    # sbxc's own line, as on the other backends: a --format json status reads it as "the
+    # command never ran".
+    assert "sbxc: /nonexistent/sbxc-no-such-program: command not found" in r.err.splitlines(), r
     script = os.path.join(sbxc.project, "plain.sh")
     with open(script, "w") as f:
         f.write("#!/bin/sh\necho ran\n")
     os.chmod(script, 0o644)
     r = sbxc(DEFAULT, script)
     assert r.rc == 126 and "ran" not in r.out, r
+    assert f"sbxc: {script}: cannot execute" in r.err.splitlines(), r
+    r = sbxc(DEFAULT, script, args=("--format", "json"))
+    import json
+
+    status = json.loads(r.err.splitlines()[-1])
+    assert status["exit_status"] == 126 and status["ran"] is False, status
+    assert status["refusal"] == f"sbxc: {script}: cannot execute", status
+    os.chmod(script, 0o755)  # the control: the same script, executable, ran
+    r = sbxc(DEFAULT, script, args=("--format", "json"))
+    status = json.loads(r.err.splitlines()[-1])
+    assert r.out == "ran\n" and status["ran"] is True and status["exit_status"] == 0, (r, status)
 
 
 def test_signals_and_statuses_of_a_command_that_ran(sbxc):

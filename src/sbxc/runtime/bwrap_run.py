@@ -280,7 +280,12 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         lines = first.split(b"\n")
         for line in lines:
             if line.startswith(b"bwrap: execvp "):
-                return 127 if line.endswith(b"No such file or directory") else 126
+                code = 127 if line.endswith(b"No such file or directory") else 126
+                # sbxc's own line, as the other runners write it: the command never ran
+                # (a --format json status reads it so), and the reason is sbxc's words.
+                sys.stderr.write(f"sbxc: {one_line(str(cmd[0]), 200)}: "
+                                 f"{'command not found' if code == 127 else 'cannot execute'}\n")
+                return code
         cause, fix = bwrap_failure(first.decode("utf-8", "replace"))
         sys.stderr.write(Refusal(cause, fix).line() + "\n")
         return 125
