@@ -64,3 +64,17 @@ def test_signals_and_statuses_of_a_command_that_ran(sbxc):
     assert sbxc(DEFAULT, "sh", "-c", "exit 125").rc == 125  # the command's own 125 passes through
     r = sbxc(DEFAULT, "sh", "-c", "kill -9 $$")
     assert r.rc == 137 and "sbxc:" not in r.err, r
+
+
+def test_a_folder_named_as_the_policy_is_said_so(sbxc):
+    """`--policy .` after a run that wrote the project: the refusal names what is wrong (a
+    folder) and the file to name, not an acceptance that cannot work (compile --check
+    refuses a folder). The control: the policy file itself runs."""
+    with open(os.path.join(sbxc.project, "sandbox.policy.yaml"), "w") as f:
+        f.write(DEFAULT)
+    assert sbxc(None, "sh", "-c", "echo x > made.txt").rc == 0
+    r = sbxc(None, "true", args=("--policy", "."))
+    assert r.rc == 125 and r.err.splitlines() == [
+        f"sbxc: the policy {sbxc.project} is a folder; name the policy file itself, "
+        f"e.g. {sbxc.project}/sandbox.policy.yaml"], r
+    assert sbxc(None, "true", args=("--policy", "sandbox.policy.yaml")).rc == 0

@@ -142,6 +142,13 @@ def refusal(path: str, place: str, w: Window) -> Refusal:
     import time
 
     shown = one_line(path, 300)
+    if not os.path.isfile(path):
+        # A folder named as the policy, say: accepting it cannot work (compile --check
+        # refuses what is no file), so the fix is to name the file.
+        what = "a folder" if os.path.isdir(path) else "not a regular file"
+        return Refusal(f"the policy {shown} is {what}",
+                       f"name the policy file itself, e.g. {one_line(os.path.join(path, 'sandbox.policy.yaml'), 300)}"
+                       if os.path.isdir(path) else "name a policy file")
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(w.start / 1e9)) if w.start else "an unknown time"
     link = "" if place == os.path.realpath(path) else f" (through {one_line(place, 200)})"
     if w.end is not None:
