@@ -56,3 +56,19 @@ def test_the_core_forms_are_read_as_tagged(tmp_path, body, check):
     r = compiled(tmp_path, body)
     assert r.plan is not None, [(d.code, d.message) for d in r.diagnostics]
     assert check(r.plan)
+
+
+def test_diagnostics_never_print_raw_bytes_or_control_characters(tmp_path):
+    """A ${VAR} value or a file name may hold bytes that are not UTF-8 or escape
+    sequences: the text diagnostics show them as escapes. The control: plain Unicode text
+    is printed as it is."""
+    (tmp_path / "sandbox.policy.yaml").write_text("sbxc: 1\ncache: {tools: []}\nfilesystem:\n  - read ${X}/é\n")
+    home = str(tmp_path / "home")
+    os.makedirs(home, exist_ok=True)
+    env = fake_environ(home, X="/nonexistent/\udcff\udcfe\x1b[2K")
+    r = compile_policy(None, cwd=str(tmp_path), environ=env, host=fake_host(home=home), overrides={})
+    from sbxc.compiler.diagnostics import render_text
+
+    text = render_text(r.diagnostics, {})
+    assert r.diagnostics and "\x1b" not in text and "\udcff" not in text, text
+    assert "\\xff\\xfe\\x1b[2K" in text and "é" in text, text

@@ -164,8 +164,29 @@ def _excerpt(span: Span, lines_of: Mapping[str, list[str]]) -> list[str]:
     return [f"  {text}", "  " + " " * (span.col - 1) + "^" + "~" * (width - 1)]
 
 
+def _printable(text: str) -> str:
+    """Text for a terminal: a character that does not print (a control character, a byte
+    that is not UTF-8 from a variable's value or a file name) written as an escape."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if ch.isprintable():
+            out.append(ch)
+        elif 0xDC80 <= o <= 0xDCFF:
+            out.append(f"\\x{o - 0xDC00:02x}")  # surrogateescape: the byte itself
+        else:
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}")
+    return "".join(out)
+
+
 def render_text(diags: Iterable[Diagnostic], lines_of: Mapping[str, list[str]], cwd: Optional[str] = None) -> str:
     """``file:line:col: severity: message  [SBXnnn]``, the source line, a caret, hints, notes."""
+    return "".join(_printable(line) + "\n" for line in _render_lines(diags, lines_of, cwd))
+
+
+def _render_lines(diags, lines_of, cwd) -> list:
     out: list[str] = []
     for d in diags:
         where = "sbxc"
@@ -180,7 +201,7 @@ def render_text(diags: Iterable[Diagnostic], lines_of: Mapping[str, list[str]], 
             out.extend(_excerpt(r.span, lines_of))
         if d.hint:
             out.append(f"  hint: {d.hint}")
-    return "\n".join(out) + ("\n" if out else "")
+    return out
 
 
 def render_json(diags: Iterable[Diagnostic]) -> list[dict]:
