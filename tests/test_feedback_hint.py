@@ -62,6 +62,19 @@ def test_denial_kinds_per_backend():
     assert denial_line(writable, CHECKS, landlock=True) == ""
 
 
+def test_the_programs_own_path_is_never_blamed():
+    """"/usr/bin/sh: 1: cannot create later.key: ..." names a relative path: the shell's
+    own path at the start is covered by `read /`, which did not refuse anything. No hint
+    then, rather than a wrong one. The control: an absolute path after the program's is
+    still judged, and a line that starts with the denied path itself (no program) too."""
+    rel = scan_of(b"/usr/bin/sh: 1: cannot create later.key: Permission denied\n", landlock=True)
+    assert denial_line(rel, CHECKS, landlock=True) == ""
+    after = scan_of(b"/usr/bin/sh: 1: cannot create /etc/x: Permission denied\n", landlock=True)
+    assert "`read /`" in denial_line(after, CHECKS, landlock=True)
+    alone = scan_of(b"/etc/x: Permission denied\n", landlock=True)
+    assert "`read /`" in denial_line(alone, CHECKS, landlock=True)
+
+
 def test_plan_text_is_made_printable():
     s = scan_of(b"x: /p/evil\x1b/f: Read-only file system\n")
     line = denial_line(s, CHECKS, landlock=False)

@@ -115,8 +115,29 @@ class StderrScan:
 _SEPARATORS = b"\t\"'`,;:()[]<>{}="
 
 
+def _program_prefix(line: bytes) -> bool:
+    """Whether the line starts with the path of the program that wrote it
+    ("/usr/bin/sh: 1: cannot create x: ..."): an executable file, followed by ':'."""
+    if not line.startswith(b"/"):
+        return False
+    head = line.split(b":", 1)[0]
+    if not head or b" " in head:
+        return False
+    from ..fastos import os
+
+    try:
+        path = head.decode("utf-8", "surrogateescape")
+        return os.path.isfile(path) and os.access(path, os.X_OK)
+    except (OSError, ValueError):
+        return False
+
+
 def _paths_in(line: bytes) -> list:
-    """Absolute paths a line seems to name (a token that starts with '/'), as text."""
+    """Absolute paths a line seems to name (a token that starts with '/'), as text. The
+    program's own path at the start of a line is not one: the error is about another
+    (a relative path, when no other absolute one follows)."""
+    if _program_prefix(line):
+        line = line.split(b":", 1)[1]
     for sep in _SEPARATORS:
         line = line.replace(bytes((sep,)), b" ")
     out = []
