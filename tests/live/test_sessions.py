@@ -369,6 +369,32 @@ def test_diff_shows_control_characters_in_contents_as_escapes(s, project):
     assert s("session", "stop", sid).rc == 0
 
 
+def test_modes_show_in_the_diff_and_reach_the_host_under_the_umask(s, project):
+    """`chmod 666`/`777` in the workspace showed as a bare `M` and reached the host as
+    they were: world-writable files in the project. The diff shows the mode change, and
+    apply gives the mode under the caller's umask, as a copy without -p does. The control:
+    the executable bit of a script is kept."""
+    fill(project)
+    os.chmod(os.path.join(project, "src", "a.py"), 0o644)
+    os.chmod(os.path.join(project, "src"), 0o755)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    sid = s.start()
+    # Changed in the workspace from outside: on Landlock as root the command itself may
+    # not chmod (no ABI covers metadata, and root owns the files).
+    ws = f"{sessions_root()}/s-{sid}/ws"
+    os.chmod(f"{ws}/src/a.py", 0o666)
+    os.chmod(f"{ws}/src", 0o777)
+    os.chmod(f"{ws}/run.sh", 0o744)
+    d = s("session", "diff", sid)
+    assert "M src/a.py" in d.out and "old mode 0644\nnew mode 0666 (applied as " in d.out, d.out
+    assert s("session", "apply", sid).rc == 0
+    assert stat.S_IMODE(os.stat(os.path.join(project, "src", "a.py")).st_mode) == 0o666 & ~mask
+    assert stat.S_IMODE(os.stat(os.path.join(project, "src")).st_mode) == 0o777 & ~mask
+    assert stat.S_IMODE(os.stat(os.path.join(project, "run.sh")).st_mode) == 0o744 & ~mask  # the control
+    assert s("session", "stop", sid).rc == 0
+
+
 def test_a_folder_the_session_made_unreadable_is_said_not_a_crash(s, project):
     """A session's command can make a folder of its workspace unreadable (chmod 000).
     `session diff` and `session apply` then say which folder they cannot read, in one

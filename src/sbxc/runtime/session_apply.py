@@ -87,15 +87,26 @@ def unified(meta: dict, ws: str, rel: str, change: str, limit: int = 1 << 20) ->
     large files, folders and links."""
     import difflib
 
+    modes = ""
+    if change == "changed":
+        # A mode the command changed is part of what an apply writes (under the caller's
+        # umask): shown as git shows it.
+        try:
+            a = stat.S_IMODE(os.lstat(f"{meta['project']}/{rel}").st_mode)
+            b = stat.S_IMODE(os.lstat(f"{ws}/{rel}").st_mode)
+            if a != b:
+                modes = f"old mode {a:04o}\nnew mode {b:04o} (applied as {b & ~_umask():04o})\n"
+        except OSError:
+            pass
     old = [] if change == "added" else _read_text(meta["project"], rel, limit)
     new = [] if change == "deleted" else _read_text(ws, rel, limit)
     if old is None or new is None:
-        return ""
+        return modes
     lines = difflib.unified_diff(old, new, f"a/{shown(rel)}", f"b/{shown(rel)}")
     # The contents are the command's too: a control character in them (an escape sequence
     # that moves the cursor or clears a line) could rewrite what the person sees above.
     # Shown as escapes, tabs aside; the line ends stay.
-    return "".join(_visible(line) for line in lines)
+    return modes + "".join(_visible(line) for line in lines)
 
 
 def _visible(line: str) -> str:
@@ -171,6 +182,15 @@ def _link_inside(rel: str, target: str, roots=()) -> bool:
     return True
 
 
+def _umask() -> int:
+    """The caller's umask: modes are the session's command's choice, and reach the host
+    as a copy without -p gives them (a `chmod 666` in the workspace does not make a file
+    of the project writable for everyone)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _copy_file(src_dir: int, name: str, dst_dir: int, tmp: str) -> None:
     sfd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src_dir)
     try:
@@ -196,7 +216,7 @@ def _copy_file(src_dir: int, name: str, dst_dir: int, tmp: str) -> None:
                 while view:
                     view = view[os.write(dfd, view):]
             # Permission bits only: a set-uid bit made in a sandbox never reaches the host.
-            os.fchmod(dfd, stat.S_IMODE(st.st_mode) & 0o777)
+            os.fchmod(dfd, stat.S_IMODE(st.st_mode) & 0o777 & ~_umask())
             if unnamed:
                 os.link(f"/proc/self/fd/{dfd}", tmp, dst_dir_fd=dst_dir, follow_symlinks=True)
         finally:
@@ -234,11 +254,11 @@ def _apply_one(project: str, ws: str, rel: str, change: str, e) -> None:
                 raise Refused("a folder became something else, or the reverse: do this one by hand")
             if kind == "d":
                 if change == "added":
-                    os.mkdir(name, stat.S_IMODE(wst.st_mode) & 0o777, dir_fd=hdir)
+                    os.mkdir(name, stat.S_IMODE(wst.st_mode) & 0o777 & ~_umask(), dir_fd=hdir)
                 else:
                     fd = os.open(name, _RD, dir_fd=hdir)
                     try:
-                        os.fchmod(fd, stat.S_IMODE(wst.st_mode) & 0o777)
+                        os.fchmod(fd, stat.S_IMODE(wst.st_mode) & 0o777 & ~_umask())
                     finally:
                         os.close(fd)
                 return
