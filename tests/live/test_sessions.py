@@ -556,14 +556,21 @@ def test_two_commands_of_one_session_at_once(s, project):
     assert r.rc == 0, r
 
 
-def test_stop_refuses_while_a_command_runs(s, project):
-    sid = s.start()
+def _running(s, project, sid, script):
+    """A command of session ``sid`` started in the background, once it has written ``up``
+    in the workspace (``script`` runs after that)."""
     p = subprocess.Popen(sbxc_argv("exec", "--backend", s.backend, "--session", sid, "--", "sh", "-c",
-                                   "echo up > up; sleep 3"),
+                                   "echo up > up; " + script),
                          env=base_env(s.home), cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 30
     while not os.path.exists(f"{sessions_root()}/s-{sid}/ws/up") and time.time() < deadline:
         time.sleep(0.02)
+    return p
+
+
+def test_stop_refuses_while_a_command_runs(s, project):
+    sid = s.start()
+    p = _running(s, project, sid, "sleep 3")
     r = s("session", "stop", sid)
     assert r.rc == 1 and "in use" in r.err, r
     p.wait(timeout=30)
@@ -575,12 +582,7 @@ def test_apply_refuses_while_a_command_runs(s, project):
     past the quota while it is copied: apply waits for nothing and refuses instead, and
     applies once the command ended (the control)."""
     sid = s.start()
-    p = subprocess.Popen(sbxc_argv("exec", "--backend", s.backend, "--session", sid, "--", "sh", "-c",
-                                   "echo safe > a.txt; echo up > up; sleep 3; echo evil > a.txt"),
-                         env=base_env(s.home), cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 30
-    while not os.path.exists(f"{sessions_root()}/s-{sid}/ws/up") and time.time() < deadline:
-        time.sleep(0.02)
+    p = _running(s, project, sid, "echo safe > a.txt; sleep 3; echo evil > a.txt")
     r = s("session", "apply", sid)
     assert r.rc == 1 and "in use" in r.err and "nothing was applied" in r.err, r
     assert not os.path.exists(os.path.join(project, "a.txt"))
