@@ -854,69 +854,47 @@ def test_a_proxy_failure_is_told_however_many_refusals(echo, monkeypatch, capsys
     assert lines[-2].startswith("sbxc: ... and 10 more refusals not shown; 30 connections refused in all"), lines
 
 
-OWN_ADDRESS_SCRIPT = r"""
-import socket, subprocess, sys, threading
-sys.path.insert(0, sys.argv[1])
-from sbxc.runtime.proxy import Proxy
-try:
-    from sbxc.runtime.proxy_server import own_address
-except ImportError:  # code without the check: the connection below shows what it let through
-    def own_address(family, packed):
-        return None
 
-# This runs in a network namespace of its own with loopback only (unshare -rn): the
-# address below is put on its lo, and nothing can leave the namespace.
-ADDR = "11.22.33.44"
-subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-subprocess.run(["ip", "addr", "add", ADDR + "/32", "dev", "lo"], check=True)
-srv = socket.create_server(("0.0.0.0", 0))  # a service of this host, on every address
-port = srv.getsockname()[1]
-accepted = []
-def serve():
-    while True:
-        c, _ = srv.accept()
-        accepted.append(1)
-        c.close()
-threading.Thread(target=serve, daemon=True).start()
-print("own", own_address(socket.AF_INET, socket.inet_aton(ADDR)),
-      own_address(socket.AF_INET, socket.inet_aton("11.22.33.45")))
-
-def attempt(rules):
-    p = Proxy([(h, (port,), f"t.yaml:{i + 1}:5: allow {h}") for i, h in enumerate(rules)], mode="thread",
-              resolver=lambda name: [ADDR] if name == "svc.example" else [])
-    p.start()
-    try:
-        s = socket.create_connection(p.tcp_address, timeout=5)
-        s.sendall(f"CONNECT svc.example:{port} HTTP/1.1\r\nHost: svc.example:{port}\r\n\r\n".encode())
-        head = s.recv(64)
-        s.close()
-    finally:
-        p.stop()
-    return head.split(b" ")[1].decode(), [r for _, _, r in p.refused()]
-
-status, refused = attempt(["svc.example"])
-print("name", status, len(accepted), refused)
-status, refused = attempt(["svc.example", ADDR])
-print("with address rule", status, len(accepted))
-"""
-
-
-def test_a_name_resolving_to_this_hosts_own_public_address_needs_an_address_rule(tmp_path):
+def test_a_name_resolving_to_this_hosts_own_public_address_needs_an_address_rule(monkeypatch):
     """DNS rebinding to the host itself: a name whose DNS answers with one of this host's
-    own public addresses would reach the host's services listening on every address, as
-    loopback would. The proxy refuses it unless an address rule names the address; the
-    control: with that rule the same connection is made."""
-    unshare = shutil.which("unshare")
-    assert unshare, "unshare (util-linux) is installed by the set-up"
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-    r = subprocess.run([unshare, "-rn", sys.executable, "-I", "-c", OWN_ADDRESS_SCRIPT, src],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
-    assert lines[1].startswith("name 403 0 "), r.stdout
-    assert lines[0] == "own True False", r.stdout
-    assert "this host's own addresses (11.22.33.44)" in lines[1]
-    assert lines[2] == "with address rule 200 1", r.stdout
+    own public addresses would reach the host's services as loopback would. Here 127.0.0.2
+    stands for such an address: the range check is told it is public (only loopback is
+    used; nothing can leave the machine), and it is one of this host's own. The proxy
+    refuses it unless an address rule names it; the control: with that rule the
+    connection is made."""
+    from sbxc.runtime import proxy_match
+    from sbxc.runtime.proxy_server import own_address
+
+    stand_in = socket.inet_aton("127.0.0.2")
+    real = proxy_match.is_public
+    monkeypatch.setattr(proxy_match, "is_public", lambda fam, packed: packed == stand_in or real(fam, packed))
+    assert own_address(socket.AF_INET, stand_in) and own_address(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, "::1"))
+    srv = socket.create_server(("127.0.0.2", 0))
+    port = srv.getsockname()[1]
+    srv.settimeout(0.5)
+
+    def attempt(rules):
+        p = start([(h, (port,)) for h in rules], resolver=lambda name: ["127.0.0.2"] if name == "svc.example" else [])
+        try:
+            s, head = connect(p, f"svc.example:{port}")
+            s.close()
+        finally:
+            p.stop()
+        try:
+            srv.accept()[0].close()
+            reached = True
+        except TimeoutError:
+            reached = False
+        return head, reached, [r for _, _, r in p.refused()]
+
+    try:
+        head, reached, refused = attempt(["svc.example"])
+        assert head.startswith(b"HTTP/1.1 403") and not reached, head
+        assert any("this host's own addresses (127.0.0.2)" in r for r in refused), refused
+        head, reached, _ = attempt(["svc.example", "127.0.0.2"])
+        assert head.startswith(b"HTTP/1.1 200") and reached, head
+    finally:
+        srv.close()
 
 
 def test_peer_uid_reads_the_clients_owner(echo):

@@ -228,18 +228,18 @@ def _proc_uid(fam: int, src: bytes, sport: int, dst: bytes, dport: int) -> int |
 
 
 def own_address(family: int, packed: bytes) -> bool:
-    """Is this one of this host's own addresses? A UDP socket connected to it (a route
-    lookup; nothing is sent) takes the address itself as its source exactly when the
-    kernel delivers to this host, on whichever interface the address is. An error means
-    no: the address is unreachable from here anyway."""
+    """Is this one of this host's own addresses? Only a local address can be bound
+    (EADDRNOTAVAIL otherwise); nothing is sent. A host that allows binding foreign
+    addresses (net.ipv4.ip_nonlocal_bind) makes every address look local: then only
+    address rules reach any address, which narrows, never widens."""
     fam, raw = match.canonical_addr(family, packed)
     try:
         s = _socket.socket(fam, _socket.SOCK_DGRAM)
     except OSError:
         return False
     try:
-        s.connect((match.addr_text(fam, raw), 9))
-        return _socket.inet_pton(fam, s.getsockname()[0].split("%", 1)[0]) == raw
+        s.bind((match.addr_text(fam, raw), 0))
+        return True
     except OSError:
         return False
     finally:
