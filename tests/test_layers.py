@@ -27,6 +27,7 @@ LEAVES = frozenset({
     "sbxc.linkwalk",    # resolving a path link by link
     "sbxc.hostnames",   # host names and addresses of `allow` rules (compiler and proxy)
     "sbxc.libseccomp",  # pyseccomp, imported with the system folders alone on PATH
+    "sbxc.printable",   # text escaped for a terminal (diagnostics and runtime messages)
 })
 
 # What each layer may import besides itself and the leaves.

@@ -16,6 +16,7 @@ from ..layout import INTERNAL_ERROR, VERSION
 from ..runtime.errors import one_line
 from . import _args, _help
 from .build import lower_all
+from ._output import write_file
 
 
 def overrides_of(args) -> dict:
@@ -118,7 +119,7 @@ def run(argv, *, cwd, environ, host, paths=None, probe=None, stdout=None, stderr
                 stdout.flush()
                 getattr(stdout, "buffer", None).write(data) if hasattr(stdout, "buffer") else stdout.write(data.decode())
             else:
-                _write_atomic(os.path.join(cwd, args.output), data)
+                write_file(os.path.join(cwd, args.output), data)
         except OSError as e:
             stderr.write(f"sbxc compile: cannot write {args.output}: {e.strerror or e}\n")
             return 1
@@ -193,9 +194,3 @@ def _display(path: str, cwd: str) -> str:
     from ..compiler.diagnostics import display_path
 
     return display_path(path, cwd)
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    from ._output import write_file
-
-    write_file(path, data)

@@ -25,6 +25,7 @@ import sys
 from ..compiler.plan import BUILTIN_SPAN, KIND_DIR, KIND_MISSING, MASK, NET_OFF, NET_ON, READ, TMPFS, WRITE, is_within
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
 from . import _args, _help
+from ._output import write_file
 
 TARGET = "kubernetes"
 _LABEL = "sbxc.dev/workload"
@@ -318,8 +319,8 @@ def run(argv, *, cwd, environ, host, probe=None, stdout=None, stderr=None, paths
     base = os.path.join(cwd, args.output)
     try:
         os.makedirs(os.path.join(base, "profiles"), exist_ok=True)
-        _write_atomic(os.path.join(base, f"workload.{fmt}"), out.encode())
-        _write_atomic(os.path.join(base, profile_path), (dumps(profile) + "\n").encode())
+        write_file(os.path.join(base, f"workload.{fmt}"), out.encode())
+        write_file(os.path.join(base, profile_path), (dumps(profile) + "\n").encode())
     except OSError as e:
         stderr.write(f"sbxc export: cannot write into {args.output}: {e.strerror or e}\n")
         return 1
@@ -346,11 +347,5 @@ def write_bundle(directory: str, planfile_bytes: bytes, config: dict, plan, link
     empty = os.path.join(directory, EMPTY_FILE)
     if not os.path.exists(empty):
         os.close(os.open(empty, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444))
-    _write_atomic(os.path.join(directory, "config.json"), (json.dumps(cfg, indent=1, sort_keys=True) + "\n").encode())
-    _write_atomic(os.path.join(directory, "plan.json"), planfile_bytes)
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    from ._output import write_file
-
-    write_file(path, data)
+    write_file(os.path.join(directory, "config.json"), (json.dumps(cfg, indent=1, sort_keys=True) + "\n").encode())
+    write_file(os.path.join(directory, "plan.json"), planfile_bytes)

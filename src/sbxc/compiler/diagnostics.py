@@ -164,26 +164,11 @@ def _excerpt(span: Span, lines_of: Mapping[str, list[str]]) -> list[str]:
     return [f"  {text}", "  " + " " * (span.col - 1) + "^" + "~" * (width - 1)]
 
 
-def _printable(text: str) -> str:
-    """Text for a terminal: a character that does not print (a control character, a byte
-    that is not UTF-8 from a variable's value or a file name) written as an escape."""
-    if text.isprintable():
-        return text
-    out = []
-    for ch in text:
-        o = ord(ch)
-        if ch.isprintable():
-            out.append(ch)
-        elif 0xDC80 <= o <= 0xDCFF:
-            out.append(f"\\x{o - 0xDC00:02x}")  # surrogateescape: the byte itself
-        else:
-            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}")
-    return "".join(out)
-
-
 def render_text(diags: Iterable[Diagnostic], lines_of: Mapping[str, list[str]], cwd: Optional[str] = None) -> str:
     """``file:line:col: severity: message  [SBXnnn]``, the source line, a caret, hints, notes."""
-    return "".join(_printable(line) + "\n" for line in _render_lines(diags, lines_of, cwd))
+    from ..printable import escaped
+
+    return "".join(escaped(line, backslash=False) + "\n" for line in _render_lines(diags, lines_of, cwd))
 
 
 def _render_lines(diags, lines_of, cwd) -> list:

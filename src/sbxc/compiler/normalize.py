@@ -23,6 +23,7 @@ from .plan import (BUILTIN_SPAN, DEFAULT_HOST_PORTS, KIND_DIR, KIND_MISSING, MAS
                    Network, PathRule, Plan, SkippedRule, Span,
                    SyscallPlan, fs_sort_key, stricter)
 from .rules import FsRuleAst, HostRuleAst, NetRuleAst, PathAst
+from .yamltree import shorten
 from .settings import (CacheSettings, EnvSettings, LandlockSettings, Settings, SyscallSettings, Value,
                        WorkspaceSettings)
 
@@ -361,13 +362,6 @@ def _network(net: Value, diags: list, groups=(), reader=None) -> Network:
 _LOOPBACK_ADDRS = ("127.0.0.1", "[::1]")
 
 
-def _printable(text: str, n: int = 60) -> str:
-    """``text`` from a file that is no policy, safe to print: ASCII with every other or
-    non-printing character escaped, at most ``n`` characters."""
-    out = "".join(c if c.isascii() and c.isprintable() else f"\\u{ord(c):04x}" for c in text[:n])
-    return out if len(text) <= n else out + "…"
-
-
 def _group_host(host: str) -> tuple[str, str]:
     """A host a toolchain's configuration names, in the proxy's reading (as an ``allow``
     rule's, hostnames.parse_pattern), and "" ; or "" and why no rule may be made of it. A
@@ -426,8 +420,8 @@ def _host_rules(rules: list[HostRuleAst], groups: dict, reader, diags: list) -> 
                     for host, port, source in found:
                         canonical, why = _group_host(host)
                         if why:
-                            diags.append(diag("SBX054", r.span, group=r.canonical, source=_printable(source, 200),
-                                              host=_printable(host), why=why))
+                            diags.append(diag("SBX054", r.span, group=r.canonical, source=shorten(source, 200),
+                                              host=shorten(host, 60), why=why))  # render_text escapes the rest
                             continue
                         out.append(HostRule(canonical, (port,), r.span, r.text, r.canonical, source))
                 continue

@@ -146,15 +146,7 @@ def bwrap_failure(stderr_text: str) -> tuple[str, str]:
 
 def shown(name: str) -> str:
     """A path the session's command chose, as text that cannot pass for anything else on a
-    terminal or in a listing: every character that is not printable (newlines, escape
-    sequences, bytes that are not UTF-8) and the backslash written as an escape."""
-    out = []
-    for ch in name:
-        o = ord(ch)
-        if 0xDC80 <= o <= 0xDCFF:
-            out.append(f"\\x{o - 0xDC00:02x}")  # a byte that is not UTF-8 (surrogateescape)
-        elif ch == "\\" or not ch.isprintable():
-            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    terminal or in a listing (``sbxc.printable.escaped``, the backslash included)."""
+    from ..printable import escaped
+
+    return escaped(name)

@@ -10,6 +10,7 @@ policy wrote it, its ``file:line:col``).
 Hot path: only ``bytes`` methods, per line of stderr; no ``re``. The rules are looked at
 only after a failed run whose stderr held a permission or read-only error.
 """
+from ..fastos import os  # the hot path's os (sbxc.fastos)
 from .staleness import deepest_check
 
 # Lower-case bytes, matched case-insensitively on each line of stderr.
@@ -123,8 +124,6 @@ def _program_prefix(line: bytes) -> bool:
     head = line.split(b":", 1)[0]
     if not head or b" " in head:
         return False
-    from ..fastos import os
-
     try:
         path = head.decode("utf-8", "surrogateescape")
         return os.path.isfile(path) and os.access(path, os.X_OK)

@@ -147,8 +147,7 @@ def blocked(host: str, port: int, at: str, cwd: str, reason: str = "") -> tuple:
     why = f"not allowed by {where}"
     if reason.startswith("too many connections"):
         # Not the rules: the proxy's bound on open connections (Limits.max_connections).
-        limit = "".join(ch for ch in reason if "0" <= ch <= "9")[:9]
-        return host, port, "", where, f"the proxy's limit of {limit} open connections was reached; no rule changes that"
+        return host, port, "", where, _unnamed(reason)
     if reason.startswith("only the SOCKS5 CONNECT command"):
         return host, port, "", where, "only the SOCKS5 CONNECT command is supported"
     for marker in ("; if that is meant, add: ", "; to allow it: "):
