@@ -31,8 +31,9 @@ How each kind of rule is mounted, and why:
 - A symlink on the way to a rule's path as written (``/bin`` -> ``usr/bin``) is made
   inside with the same target (``--symlink``) where no bind of the host's folder brings it.
 - ``/proc`` and ``/dev`` are bwrap's own (a fresh procfs for the new PID namespace, with
-  ``/proc/sys`` read-only; a minimal /dev). Policy rules there are narrowed or, for
-  ``mask``, already true.
+  ``/proc/sys`` read-only; a minimal /dev). Policy rules there are narrowed; a ``mask`` is
+  mounted over what is there inside (the kernel's files in /proc, ``DEV_FILES``), as
+  anywhere else, and is already true for what is not.
 
 Always: a new session (no TIOCSTI into the caller's terminal), the sandbox dies with its
 parent, new user/PID/IPC/UTS (and cgroup where the kernel has it) namespaces, no further
@@ -54,6 +55,9 @@ from .mountrules import folders_between as _between, host_network_verdicts, pare
 from .mountrules import rule_subject as _subject
 
 NAME = "bwrap"
+DEV_FILES = ("null", "zero", "full", "random", "urandom", "tty", "console", "pts", "ptmx", "shm", "fd", "stdin",
+             "stdout", "stderr", "core")
+"""What bwrap's own /dev (``--dev``) holds: a mask of one of these is mounted over it."""
 
 
 
@@ -99,7 +103,7 @@ def lower(plan: Plan, host) -> Lowered:
         parent_access = parent.access if parent is not None else None
         cache_rule = rule.origin == "cache"  # made by the runtime before bwrap starts
         missing = rule.kind == KIND_MISSING and not cache_rule
-        done = settled(NAME, rule, subj, parent_access, missing, "null, zero, random, tty, pts, shm")
+        done = settled(NAME, rule, subj, parent_access, missing, DEV_FILES)
         if done is not None:
             verdicts.append(done)
             continue
@@ -114,6 +118,8 @@ def lower(plan: Plan, host) -> Lowered:
 
         if parent_access == WRITE:
             for d in _between(parent.path, p):
+                if d == "/proc" or d == "/dev" or d.startswith(("/proc/", "/dev/")):
+                    break  # bwrap's own, never the host's (a mask over it, below)
                 if d not in rule_paths and d not in self_binds:
                     self_binds.add(d)
                     add(d, ["--bind", d, d])

@@ -13,15 +13,25 @@ OWN_MOUNTS = ("/proc", "/dev")
 
 
 def settled(backend: str, rule, subj: str, parent_access: Optional[str], missing: bool,
-            dev_files: str) -> Optional[Verdict]:
+            dev_files: tuple) -> Optional[Verdict]:
     """The verdict for ``rule`` when no mount of it is needed, else None. ``dev_files``
-    lists what the backend's /dev holds, for the narrowed reason."""
+    names what the backend's own /dev holds (its first-level entries).
+
+    A mask under the sandbox's own /proc or /dev still needs its mount where the path is
+    there inside: the fresh procfs shows the same kernel-wide files as the host's
+    (/proc/cpuinfo, /proc/sys/...), and the minimal /dev has its few entries (/dev/shm,
+    /dev/null). A path that is not there inside has nothing to hide: a /dev entry the
+    minimal /dev lacks, a /proc path this kernel does not have. (One process's entry,
+    /proc/self or /proc/PID, is refused by the compiler: SBX056.)"""
     under_own = next((o for o in OWN_MOUNTS if is_within(rule.path, o)), None)
     if under_own is not None:
         if rule.access == MASK:
-            return verdict(backend, subj, ENFORCED, rule.span)
+            if missing or (under_own == "/dev" and rule.path != "/dev"
+                           and rule.path[5:].split("/", 1)[0] not in dev_files):
+                return verdict(backend, subj, ENFORCED, rule.span)
+            return None  # mounted over the sandbox's own
         why = ("sbxc gives every sandbox its own /proc" if under_own == "/proc"
-               else f"sbxc gives every sandbox a minimal /dev ({dev_files})")
+               else f"sbxc gives every sandbox a minimal /dev ({', '.join(dev_files)})")
         return verdict(backend, subj, NARROWED, rule.span, why)
     if rule.access != MASK:
         return None

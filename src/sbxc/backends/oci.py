@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from ..compiler.plan import (
     BUILTIN_SPAN, KIND_DIR, KIND_MISSING, KIND_OTHER, MASK, NET_HOSTS, NET_OFF, NET_ON, NET_RULES,
-    READ, TMPFS, WRITE, Plan, path_depth,
+    READ, TMPFS, WRITE, Plan, is_within, path_depth,
 )
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
 from .lowered import Lowered
@@ -83,6 +83,12 @@ _DEV_MOUNTS = (
 )
 
 
+DEV_FILES = ("null", "zero", "full", "random", "urandom", "tty", "console", "pts", "ptmx", "shm", "mqueue", "fd",
+             "stdin", "stdout", "stderr", "core")
+"""What runc's own /dev holds (``_DEV_MOUNTS`` and the nodes and links runc makes): a mask
+of one of these goes through maskedPaths."""
+
+
 def bind(path: str, writable: bool) -> dict:
     return {"destination": path, "type": "bind", "source": path,
             "options": list(_BIND) + (["rw"] if writable else ["rro"])}
@@ -102,6 +108,7 @@ def filesystem(plan: Plan):
     verdicts = []
     ops: list[tuple[tuple[int, str, int], dict]] = []
     readonly: list[str] = []
+    masked: list[str] = []
     self_binds: set[str] = set()
     by_path = {r.path: r for r in plan.fs}
     seq = 0
@@ -122,9 +129,18 @@ def filesystem(plan: Plan):
         parent_access = parent.access if parent is not None else None
         cache_rule = rule.origin == "cache"  # made by the runtime before runc starts
         missing = rule.kind == KIND_MISSING and not cache_rule
-        done = settled(NAME, rule, subj, parent_access, missing, "null, zero, full, random, urandom, tty, pts, shm")
+        done = settled(NAME, rule, subj, parent_access, missing, DEV_FILES)
         if done is not None:
             verdicts.append(done)
+            continue
+        if rule.access == MASK and (is_within(p, "/proc") or is_within(p, "/dev")):
+            # Over runc's own /proc or /dev: runc refuses mounts into /proc (but for a few
+            # files) and makes /dev's nodes after the config's mounts, so such a mask goes
+            # through maskedPaths, which runc applies once everything else is there: a
+            # read-only tmpfs over a folder, /dev/null over a file (reads find nothing;
+            # a write is taken and dropped, where bwrap's empty file refuses it).
+            masked.append(p)
+            verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
             continue
 
         if rule.access != MASK and missing:
@@ -185,7 +201,7 @@ def filesystem(plan: Plan):
                                     f"{link} is a symlink (to {target}) on the host, inside a masked folder here, "
                                     "which stays empty: reach the rule's real path by that path"))
     mounts = [m for _key, m in sorted(ops, key=lambda o: o[0])]
-    return mounts, readonly, verdicts, links
+    return mounts, readonly, masked, verdicts, links
 
 
 # ------------------------------------------------------------------ seccomp as JSON
@@ -290,7 +306,7 @@ def identity(uid: int, gid: int) -> tuple[dict, dict]:
 
 
 def lower(plan: Plan, host) -> Lowered:
-    mounts, readonly, verdicts, links = filesystem(plan)
+    mounts, readonly, masked, verdicts, links = filesystem(plan)
     net = plan.network
     namespaces = ["pid", "ipc", "uts", "mount", "cgroup", "user"]
     if net.mode in (NET_OFF, NET_RULES, NET_HOSTS):
@@ -301,7 +317,7 @@ def lower(plan: Plan, host) -> Lowered:
     linux = {
         "namespaces": [{"type": t} for t in namespaces],
         **maps,
-        "maskedPaths": list(PROC_MASKED),
+        "maskedPaths": sorted(set(PROC_MASKED) | set(masked)),
         "readonlyPaths": sorted(set(PROC_READONLY) | set(readonly)),
     }
     try:

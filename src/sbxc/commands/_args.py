@@ -78,9 +78,11 @@ EXPORT = Command(
            Flag("--name", "the workload's name (default: sbxc-<project folder>)", metavar="NAME"),
            Flag("--format", "output format (default yaml)", metavar="FORMAT", choices=("yaml", "json")),
            Flag("--output", "write the workload and the seccomp profile into DIR", metavar="DIR", short="-o",
-                path=True), HELP),
+                path=True),
+           Flag("--strict", "treat partial enforcement on the target as an error (nothing is written)"), HELP),
     positionals=(Positional("TARGET", "what to export for", required=True, choices=("kubernetes",)),),
-    exits=("0 written (the report on stderr)", "1 errors in the policy, or a rule the target cannot enforce",
+    exits=("0 written (the report on stderr)", "1 errors in the policy, or a rule the target cannot enforce "
+           "(with --strict: or enforces only partly)",
            USAGE_EXIT, INTERNAL),
     notes=("The container's command, if any, follows --.",),
 )

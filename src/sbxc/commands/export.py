@@ -62,28 +62,71 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
     need_empty_file = False
     by_path = {r.path: r for r in plan.fs}
 
-    def vol(rule, source: dict, read_only: bool, sub_path: str = "") -> None:
-        vname = f"v{len(volumes)}-{_dns_name(rule.path.rsplit('/', 1)[-1] or 'root')}"[:63].rstrip("-")
-        if sub_path:
+    role: dict[str, str] = {}  # mountPath -> "claim", "claim-ro", "scratch", "mask" or "file"
+    claim = [""]  # the project's volume claim: its volume name
+
+    def vol(rule, source: dict, read_only: bool, what: str, sub_path: str = "", name_: str = "") -> None:
+        vname = name_ or f"v{len(volumes)}-{_dns_name(rule.path.rsplit('/', 1)[-1] or 'root')}"[:63].rstrip("-")
+        if sub_path == "empty":
             vname = "sbxc-empty"
-            if not any(v["name"] == vname for v in volumes):
-                volumes.append({"name": vname, **source})
-        else:
+        if not any(v["name"] == vname for v in volumes):
             volumes.append({"name": vname, **source})
         m = {"name": vname, "mountPath": rule.path, "readOnly": read_only}
         if sub_path:
             m["subPath"] = sub_path
         mounts.append(m)
+        role[rule.path] = what
+
+    def holder(path: str):
+        """The deepest mount made so far strictly above ``path`` (rules come parents first)."""
+        best = None
+        for m in mounts:
+            at = m["mountPath"]
+            if at != path and is_within(path, at) and (best is None or len(at) > len(best)):
+                best = at
+        return best
+
+    points: dict[str, list] = {}  # a masked folder's mountPath -> the mount points to make in it
 
     for rule in plan.fs:
         subj = _subject(rule, plan)
         p = rule.path
         parent = next((by_path[q] for q in _parents(p) if q in by_path), None)
+        under = holder(p)
+        inside = role.get(under, "")
         if any(is_within(p, own) for own in ("/proc", "/dev")):
-            status = ENFORCED if rule.access == MASK else NARROWED
-            verdicts.append(verdict(TARGET, subj, status, rule.span,
-                                    "" if status == ENFORCED else "the container runtime gives the Pod its own /proc and /dev"))
+            if rule.access != MASK:
+                verdicts.append(verdict(TARGET, subj, NARROWED, rule.span,
+                                        "the container runtime gives the Pod its own /proc and /dev"))
+            elif rule.kind == KIND_MISSING or (is_within(p, "/dev") and p != "/dev"
+                                               and p[5:].split("/", 1)[0] not in oci.DEV_FILES):
+                verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
+                                        "not there: the runtime's own /proc or /dev has no such entry"))
+            elif is_within(p, "/proc"):
+                verdicts.append(verdict(TARGET, subj, NOT_ENFORCEABLE, rule.span,
+                                        "a Pod cannot mount over its runtime's /proc, and the file is there in it "
+                                        "(maskedPaths is the runtime's, not the Pod's)"))
+            elif rule.kind == KIND_DIR:
+                vol(rule, {"emptyDir": {"sizeLimit": "1Mi"}}, True, "mask")
+                verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
+                                        "an empty read-only volume covers the runtime's own"))
+            else:
+                need_empty_file = True
+                vol(rule, {"configMap": {"name": f"{name}-empty"}}, True, "file", sub_path="empty")
+                verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
+                                        "an empty read-only file covers the runtime's own"))
             continue
+        if inside in ("mask", "file"):
+            # Below a masked folder: the Pod shows an empty read-only folder there, so the
+            # path is not there and cannot be made. A volume is mounted only where the
+            # policy gives the command something (the project, a cache, a tmpfs, a
+            # writable folder); its mount point is made beforehand (``points``).
+            if rule.access == MASK or rule.access == READ:
+                verdicts.append(verdict(TARGET, subj, ENFORCED if rule.access == MASK else NARROWED, rule.span,
+                                        f"inside the masked {under}, which the Pod shows empty and read-only"
+                                        + ("" if rule.access == MASK else ": a Pod cannot see this host's files")))
+                continue
+            points.setdefault(under, []).append(p)
         if rule.access == MASK:
             if rule.kind == KIND_MISSING:
                 if parent is not None and parent.access in (WRITE, TMPFS):
@@ -98,10 +141,10 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
                                             "has it, the command can read it"))
                 continue
             if rule.kind == KIND_DIR:
-                vol(rule, {"emptyDir": {"sizeLimit": "1Mi"}}, True)
+                vol(rule, {"emptyDir": {"sizeLimit": "1Mi"}}, True, "mask")
             else:
                 need_empty_file = True
-                vol(rule, {"configMap": {"name": f"{name}-empty"}}, True, sub_path="empty")
+                vol(rule, {"configMap": {"name": f"{name}-empty"}}, True, "file", sub_path="empty")
             verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
                                     "an empty read-only volume covers the path, whatever the image has there"))
         elif rule.access == TMPFS:
@@ -109,19 +152,23 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
                 verdicts.append(verdict(TARGET, subj, NOT_ENFORCEABLE, rule.span,
                                         f"a tmpfs needs a folder and this is a {rule.kind}"))
                 continue
-            vol(rule, {"emptyDir": {"medium": "Memory"}}, False)
+            vol(rule, {"emptyDir": {"medium": "Memory"}}, False, "scratch")
             verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span))
         elif rule.origin == "cache":
-            vol(rule, {"emptyDir": {}}, False)
+            vol(rule, {"emptyDir": {}}, False, "scratch")
             verdicts.append(verdict(TARGET, subj, NARROWED, rule.span,
                                     "an emptyDir volume: the cache lasts as long as the Pod, not across runs"))
         elif rule.access == WRITE and p == plan.project:
-            vol(rule, {"persistentVolumeClaim": {"claimName": f"{name}-project"}}, False)
+            vol(rule, {"persistentVolumeClaim": {"claimName": f"{name}-project"}}, False, "claim")
+            claim[0] = mounts[-1]["name"]
             verdicts.append(verdict(TARGET, subj, NARROWED, rule.span,
                                     f"the project is the volume claim {name}-project, mounted at the same path; "
                                     "sbxc copies nothing of this host's project into it"))
+        elif rule.access == WRITE and inside == "claim":
+            verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
+                                    f"writable inside the volume claim {name}-project"))
         elif rule.access == WRITE:
-            vol(rule, {"emptyDir": {}}, False)
+            vol(rule, {"emptyDir": {}}, False, "scratch")
             verdicts.append(verdict(TARGET, subj, NARROWED, rule.span,
                                     "a Pod cannot see this host's folders: an empty writable volume stands in, "
                                     "and nothing written there reaches a host"))
@@ -129,6 +176,27 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
             if p == "/":
                 verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
                                         "the image's files, read-only (readOnlyRootFilesystem)"))
+            elif inside == "claim":
+                # The same path of the project's volume, mounted again read-only on top: a
+                # `read {project}/.git/hooks` must not stay writable through the claim.
+                vol(rule, {}, True, "claim-ro", sub_path=p[len(plan.project):].lstrip("/"), name_=claim[0])
+                verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
+                                        f"a read-only mount of the same path of the volume claim {name}-project "
+                                        "(a path the claim lacks is made there as an empty folder)"))
+            elif inside == "scratch":
+                # Inside a writable volume that holds nothing of this host: an empty
+                # read-only stand-in, so the path cannot be made writable there.
+                if rule.kind == KIND_DIR:
+                    vol(rule, {"emptyDir": {"sizeLimit": "1Mi"}}, True, "mask")
+                else:
+                    need_empty_file = True
+                    vol(rule, {"configMap": {"name": f"{name}-empty"}}, True, "file", sub_path="empty")
+                verdicts.append(verdict(TARGET, subj, NARROWED, rule.span,
+                                        f"a Pod cannot see this host's files, and {under} is a writable volume: an "
+                                        "empty read-only stand-in covers the path"))
+            elif inside == "claim-ro":
+                verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
+                                        f"inside the read-only mount of {under}"))
             else:
                 verdicts.append(verdict(TARGET, subj, NARROWED, rule.span,
                                         "a Pod sees its image's files, not this host's: the path is there read-only "
@@ -150,6 +218,14 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
         verdicts.append(verdict(TARGET, "syscalls", PARTIAL, span0,
                                 "the profile holds when the node's runtime loads it (copied into the kubelet's seccomp "
                                 "folder on every node); a runtime whose libseccomp lacks a call's name skips that rule"))
+        from ..backends.seccomp import families_verdict_text
+
+        # The same profile as the OCI backend's: its narrowings hold in a Pod too.
+        verdicts.append(verdict(TARGET, "socket families", NARROWED, BUILTIN_SPAN, families_verdict_text()))
+        verdicts.append(verdict(TARGET, "other syscall ABIs", NARROWED, BUILTIN_SPAN,
+                                "the profile lists the node's native architecture only: a call through another ABI "
+                                "(i386 int 0x80, x32) meets the runtime's action for an unlisted one (runc: the "
+                                "process is killed) instead of failing with EPERM"))
     except Exception as e:  # missing libseccomp, unknown syscall, unsupported arch
         verdicts.append(verdict(TARGET, "syscalls", NOT_ENFORCEABLE, span0, f"the seccomp profile could not be built: {e}"))
 
@@ -187,6 +263,18 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
             why = ("the export starts no proxy and turns no address rule into a NetworkPolicy allow"
                    if parse_addr(literal) is not None else
                    "a NetworkPolicy cannot allow a host name and the export starts no proxy")
+            opened = sorted({q for q in h.ports for r in net.rules if r.op == "connect" and r.port_lo <= q <= r.port_hi})
+            if opened:
+                # A port rule opens its port to every address, this host's among them.
+                verdicts.append(verdict(TARGET, h.text, NARROWED, h.span,
+                                        why + ": it gets no rule of its own, but the port rules open "
+                                        + ", ".join(f"TCP {q}" for q in opened) + " to every address, so it is "
+                                        "reachable there; on its other ports egress is denied with the rest"
+                                        if set(opened) != set(h.ports) else
+                                        why + ": it gets no rule of its own, but the port rules open "
+                                        + ", ".join(f"TCP {q}" for q in opened) + " to every address, so it is "
+                                        "reachable on them"))
+                continue
             verdicts.append(verdict(TARGET, h.text, NARROWED, h.span, why + ": egress to it is denied with the rest"))
     else:
         verdicts.append(verdict(TARGET, "network: true", ENFORCED, net.span))
@@ -225,6 +313,26 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
     }
     if command:
         container["command"] = list(command)
+    init = []
+    if points:
+        # A masked folder is a read-only emptyDir, and the runtime cannot make the mount
+        # point of a deeper volume (the project under a hidden home, the cache under its
+        # masked root) in a read-only folder: the Pod would fail to start. So an init
+        # container, as restricted as the command's, mounts those folders writable first
+        # and makes the mount points; the command's container gets them read-only.
+        made = sorted(points)
+        init.append({
+            "name": "sbxc-mount-points",
+            "image": image,
+            "command": ["mkdir", "-p", "--", *sorted(q for at in made for q in points[at])],
+            "securityContext": {k: (dict(v, drop=list(v["drop"])) if k == "capabilities" else v)
+                                for k, v in container["securityContext"].items()},
+            "volumeMounts": [{"name": m["name"], "mountPath": m["mountPath"], "readOnly": False}
+                             for m in mounts if m["mountPath"] in points],
+        })
+        verdicts.append(verdict(TARGET, "mount points", ENFORCED, BUILTIN_SPAN,
+                                "an init container (mkdir from the image) makes the mount points of the volumes "
+                                f"inside the masked {', '.join(made)} before the command's container starts"))
     pod_spec = {
         "restartPolicy": "Never",
         # No API credentials and no service variables: the command gets nothing of the
@@ -235,6 +343,7 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
         "hostPID": False,
         "hostIPC": False,
         "securityContext": sc_pod,
+        **({"initContainers": init} if init else {}),
         "containers": [container],
         "volumes": volumes,
     }
@@ -301,6 +410,8 @@ def run(argv, *, cwd, environ, host, probe=None, stdout=None, stderr=None, paths
     for v in verdicts:
         if v.status == NOT_ENFORCEABLE:
             diags.append(diag("SBX050", v.span, backend=TARGET, subject=v.subject, why=v.why))
+        elif v.status == PARTIAL and args.strict:
+            diags.append(diag("SBX051", v.span, backend=TARGET, subject=v.subject, why=v.why))
     text = render_text(diags, res.lines, cwd)
     if text:
         stderr.write(text)

@@ -80,6 +80,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX052": (ERROR, "backend {backend} is not available in this build: {why}"),
     "SBX053": (ERROR, "toolchain configuration {path} is not safe to use for @{group}: {why}"),
     "SBX054": (WARNING, "host group @{group}: {source} names \"{host}\", which no rule may name ({why}); left out"),
+    "SBX056": (ERROR, "{verb} {path}: {why}"),
     "SBX055": (ERROR, "!!{tag} \"{text}\" is not a {tag} that YAML 1.2 knows: YAML readers disagree on what it means"),
 }
 

@@ -264,6 +264,14 @@ def _rule_candidates(expanded, ctx: Context, user_dirs: tuple, skipped: list[Ski
                                       hint=f"name the real path instead: {rule.verb} {real}"))
                     continue
         real = ctx.paths.realpath(lex)
+        why = _per_process(lex) or ((_per_process(real) or any(_per_process(w) for w, _t in ctx.paths.links_on_way(lex)))
+                                    and "it leads through a link into /proc/self, the /proc entry of whichever process "
+                                        "reads it, so no rule can name it")
+        if why:
+            diags.append(diag("SBX056", pa.span, verb=rule.verb, path=lex if real == lex else f"{lex} (resolved to {real})",
+                              why=why, hint="name a path that is the same for every process (a rule on /proc itself "
+                                            "or on a kernel file such as /proc/cpuinfo), or drop the rule"))
+            continue
         kind = ctx.paths.kind(real)
         if kind == KIND_MISSING:
             if rule.optional:
@@ -279,6 +287,23 @@ def _rule_candidates(expanded, ctx: Context, user_dirs: tuple, skipped: list[Ski
             continue
         cands.append(_Cand(real, rule.verb, kind, pa.span, pa.text, "filesystem", quiet, lex))
     return cands
+
+
+def _per_process(path: str) -> str:
+    """Why ``path`` names one process's entry of /proc ('' when it does not). ``/proc/self``
+    and ``/proc/thread-self`` are whichever process looks, and a pid is another process in
+    each PID namespace: resolved here they would name the compiler's own process (or the
+    host's pid N), never the command's. Links into them (``/proc/net``, ``/proc/mounts``,
+    ``/dev/fd``, ``/dev/stdin``) resolve to the compiler's pid and land here too."""
+    if not path.startswith("/proc/"):
+        return ""
+    first = path[6:].split("/", 1)[0]
+    if first in ("self", "thread-self"):
+        return f"/proc/{first} is the /proc entry of whichever process reads it, so no rule can name it"
+    if first.isdigit():
+        return (f"/proc/{first} is one process's entry, and a sandbox has its own PID namespace: "
+                "the number names another process there, or none")
+    return ""
 
 
 def _one_rule_per_path(cands: list[_Cand], diags: list) -> tuple[PathRule, ...]:

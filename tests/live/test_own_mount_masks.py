@@ -1,0 +1,80 @@
+"""A ``mask`` under the sandbox's own /proc or /dev hides what is there inside.
+
+bwrap and runc give every sandbox a fresh procfs and a minimal /dev, and both still show
+host-wide state: the kernel's files in /proc (``/proc/cpuinfo``, the sysctls under
+``/proc/sys``) and the few /dev entries (``/dev/shm``). A mask there must be mounted like
+any other; the report once called it enforced while nothing covered it. Under Landlock
+the same masks deny every access (the report says ``partial``: the names stay). The
+control runs the same probe under the same backend without the masks and sees the files.
+
+A rule on one process's entry (``/proc/self/...``, ``/proc/PID/...``, or a link into
+them such as ``/proc/net`` or ``/dev/fd``) is refused when compiled (SBX056): resolved
+by the compiler it would name the compiler's own process, never the command's.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from conftest import base_env, run, runc_for, sbxc_argv
+
+pytestmark = pytest.mark.live
+
+MASKS = "  - mask /proc/cpuinfo /proc/sys/kernel/hostname /dev/shm\n"
+PROBE = ("head -c 200 /proc/cpuinfo 2>/dev/null | grep -c '^processor' ; "
+         "echo host=$(cat /proc/sys/kernel/hostname 2>/dev/null) ; "
+         "touch /dev/shm/sbxc-probe 2>/dev/null && echo SHM-WRITTEN && rm -f /dev/shm/sbxc-probe ; "
+         "echo done")
+
+
+def _policy(backend: str, masks: bool) -> str:
+    return (f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork: false\n"
+            + ("filesystem:\n" + MASKS if masks else ""))
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "oci", "landlock"])
+def test_masks_over_the_sandboxes_own_proc_and_dev(backend, sbxc, request):
+    runc_for(request)
+    hostname = open("/proc/sys/kernel/hostname").read().strip()
+    assert hostname
+    # Control: the same probe in the same sandbox, without the masks, sees all three.
+    free = sbxc(_policy(backend, False), "/bin/sh", "-c", PROBE)
+    assert free.rc == 0, free
+    lines = free.out.split("\n")
+    assert lines[0].strip() == "1" and f"host={hostname}" in free.out, free
+    if backend != "landlock":  # builtin:default gives Landlock no /dev/shm to write
+        assert "SHM-WRITTEN" in free.out, free
+
+    r = sbxc(_policy(backend, True), "/bin/sh", "-c", PROBE)
+    assert r.rc == 0 and r.out.rstrip().endswith("done"), r
+    lines = r.out.split("\n")
+    assert lines[0].strip() == "0", r  # no CPU's line: the file reads empty or not at all
+    assert "host=\n" in r.out and hostname not in r.out, r
+    assert "SHM-WRITTEN" not in r.out, r
+
+    # The report says what the run showed.
+    report = run(sbxc_argv("compile", "--check", "--verbose", "--format", "json", "--backend", backend,
+                           "--policy", os.path.join(sbxc.project, "sandbox.policy.yaml")),
+                 env=base_env(sbxc.home), cwd=sbxc.project)
+    assert report.rc == 0, report
+    got = {v["subject"]: v["status"] for v in json.loads(report.out)["report"][backend]["verdicts"]}
+    want = "partial" if backend == "landlock" else "enforced"
+    for path in ("/proc/cpuinfo", "/proc/sys/kernel/hostname", "/dev/shm"):
+        assert got[f"mask {path}"] == want, got
+
+
+@pytest.mark.parametrize("path", ["/proc/self/environ", "/proc/thread-self/status", "/proc/1/environ",
+                                  "/proc/net/dev", "/proc/mounts", "/dev/fd", "/dev/stdin"])
+def test_a_rule_on_one_process_entry_is_refused(path, sbxc):
+    pol = os.path.join(sbxc.project, "sandbox.policy.yaml")
+    with open(pol, "w") as f:
+        f.write(f"sbxc: 1\nextends: [builtin:default]\nfilesystem:\n  - mask {path}\n")
+    r = run(sbxc_argv("compile", "--check", "--policy", pol), env=base_env(sbxc.home), cwd=sbxc.project)
+    assert r.rc == 1 and "[SBX056]" in r.out and "sandbox.policy.yaml:4:10: error" in r.out, r
+    # Control: a kernel-wide file of /proc compiles.
+    with open(pol, "w") as f:
+        f.write("sbxc: 1\nextends: [builtin:default]\nfilesystem:\n  - mask /proc/cpuinfo\n")
+    r = run(sbxc_argv("compile", "--check", "--policy", pol), env=base_env(sbxc.home), cwd=sbxc.project)
+    assert r.rc == 0, r

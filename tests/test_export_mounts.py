@@ -1,0 +1,150 @@
+"""How the Kubernetes export mounts rules that lie inside other rules' volumes, and masks
+over the runtime's own /proc and /dev.
+
+- A ``read`` rule inside the project (the volume claim, writable) is a second, read-only
+  mount of the same claim path (``subPath``): without it ``read {project}/.git/hooks``
+  stayed writable in the Pod while the report called it read-only. A ``write`` rule
+  inside the claim needs no volume (an emptyDir there would hide the project's files).
+- A ``read`` rule inside a writable volume that holds nothing of this host (a tmpfs) gets
+  an empty read-only stand-in, so the command cannot make the path writable there.
+- Volumes inside a masked folder (a read-only emptyDir) need their mount points made
+  before the command's container starts, or the runtime fails to start the Pod: an init
+  container makes them. Rules that only hide or show host files there need no volume.
+- A mask of a kernel file in /proc cannot be carried by a Pod (the runtime owns /proc):
+  the export refuses it (SBX050). A mask of a /dev entry the runtime makes is a volume.
+- The port rules open their ports to every address: a host rule on such a port says so.
+
+Each shape validates against the Kubernetes API schemas (test_kubernetes_schema's
+versions), and each has its control: the same export without the rule lacks the mount.
+"""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tempfile
+
+import pytest
+import yaml
+
+from compiler_fakes import FakePaths, fake_environ, fake_host, make_tree
+from test_kubernetes_schema import validate
+
+
+@pytest.fixture
+def root():
+    r = tempfile.mkdtemp(prefix="sbxc-k8s-mounts-", dir="/var/tmp")
+    yield r
+    shutil.rmtree(r, ignore_errors=True)
+
+
+def export(root: str, policy: str, setup: str = "", *args, extra=None):
+    from sbxc.commands import export as mod
+
+    make_tree(root, setup)
+    proj = os.path.join(root, "proj")
+    with open(os.path.join(proj, "sandbox.policy.yaml"), "w") as f:
+        f.write(policy)
+    home = os.path.join(root, "home/user")
+    out, err = io.StringIO(), io.StringIO()
+    code = mod.run(["kubernetes", *args], cwd=proj, environ=fake_environ(home), host=fake_host(home=home),
+                   paths=FakePaths(root, extra), stdout=out, stderr=err)
+    docs = [d for d in yaml.safe_load_all(out.getvalue()) if d is not None]
+    for d in docs:
+        validate(d)
+    return code, docs, err.getvalue()
+
+
+def pod(docs) -> dict:
+    return docs[0]["spec"]
+
+
+def mounts(docs) -> dict:
+    return {m["mountPath"]: m for m in pod(docs)["containers"][0]["volumeMounts"]}
+
+
+BASE = "sbxc: 1\nextends: [builtin:default]\nnetwork: false\n"
+
+
+def test_read_inside_the_project_is_a_read_only_mount_of_the_claim(root):
+    code, docs, err = export(root, BASE + "filesystem:\n  - read {project}/.git/hooks\n  - write {project}/src\n")
+    assert code == 0, err
+    proj = os.path.join(root, "proj")
+    m = mounts(docs)
+    claim = m[proj]
+    assert claim["readOnly"] is False
+    hooks = m[proj + "/.git/hooks"]
+    assert hooks == {"name": claim["name"], "mountPath": proj + "/.git/hooks", "readOnly": True,
+                     "subPath": ".git/hooks"}, hooks
+    assert proj + "/src" not in m  # writable through the claim already: no emptyDir over it
+    assert "read {project}/.git/hooks: enforced: a read-only mount of the same path of the volume claim" in err
+    # Control: without the rule the hooks are only the claim's, writable.
+    code, docs, err = export(root, BASE)
+    assert code == 0 and proj + "/.git/hooks" not in mounts(docs)
+
+
+def test_read_inside_a_tmpfs_gets_a_read_only_stand_in(root):
+    data = os.path.join(root, "data")
+    code, docs, err = export(root, BASE + f"filesystem:\n  - tmpfs {data}\n  - read {data}/x {data}/f\n",
+                             "dir data/x\nfile data/f\n")
+    assert code == 0, err
+    m = mounts(docs)
+    assert m[data]["readOnly"] is False
+    assert m[data + "/x"]["readOnly"] is True and m[data + "/f"]["readOnly"] is True
+    vols = {v["name"]: v for v in pod(docs)["volumes"]}
+    assert "emptyDir" in vols[m[data + "/x"]["name"]]
+    assert m[data + "/f"]["subPath"] == "empty"  # the empty ConfigMap key
+    assert "an empty read-only stand-in covers the path" in err
+
+
+def test_volumes_inside_a_masked_folder_get_their_mount_points(root):
+    home = os.path.join(root, "home/user")
+    code, docs, err = export(root, BASE + "home: hidden\nfilesystem:\n  - write ~/.cache\n")
+    assert code == 0, err
+    spec = pod(docs)
+    m = mounts(docs)
+    assert m[home]["readOnly"] is True and m[home + "/.cache"]["readOnly"] is False
+    (init,) = spec["initContainers"]
+    assert init["command"] == ["mkdir", "-p", "--", home + "/.cache"], init
+    assert init["volumeMounts"] == [{"name": m[home]["name"], "mountPath": home, "readOnly": False}]
+    assert init["securityContext"] == spec["containers"][0]["securityContext"]
+    # The masks inside the hidden home add no volume (nothing of it shows anyway).
+    assert home + "/.ssh" not in m and home + "/.netrc" not in m
+    assert "mount points: enforced: an init container" in err
+    # Control: without a volume inside the masked home there is no init container.
+    code, docs, err = export(root, BASE + "home: hidden\n")
+    assert code == 0 and "initContainers" not in pod(docs), docs
+
+
+def test_masks_over_the_runtimes_proc_and_dev(root):
+    extra = {"/proc": ("dir", 0, 0o555), "/proc/cpuinfo": ("file", 0, 0o444), "/dev": ("dir", 0, 0o755),
+             "/dev/shm": ("dir", 0, 0o1777), "/dev/sda": ("device", 0, 0o660)}
+    code, docs, err = export(root, BASE + "filesystem:\n  - mask /proc/cpuinfo\n", extra=extra)
+    assert code == 1 and "[SBX050]" in err and "mask /proc/cpuinfo: not enforceable" in err, err
+    assert docs == []  # nothing written
+    code, docs, err = export(root, BASE + "filesystem:\n  - mask /dev/shm /dev/sda\n", extra=extra)
+    assert code == 0, err
+    m = mounts(docs)
+    assert m["/dev/shm"]["readOnly"] is True and "/dev/sda" not in m
+    assert "mask /dev/sda: enforced: not there" in err
+
+
+def test_a_host_rule_on_an_open_port_says_it_is_reachable(root):
+    pol = "sbxc: 1\nextends: [builtin:default]\nnetwork:\n  - connect tcp 443\n  - allow example.org\n"
+    code, docs, err = export(root, pol)
+    assert code == 0, err
+    assert ("allow example.org: narrowed: a NetworkPolicy cannot allow a host name and the export starts no proxy: "
+            "it gets no rule of its own, but the port rules open TCP 443 to every address, so it is reachable there; "
+            "on its other ports egress is denied with the rest") in err, err
+    # Control: with no port rule the host is denied with the rest.
+    code, docs, err = export(root, "sbxc: 1\nextends: [builtin:default]\nnetwork:\n  - allow example.org\n")
+    assert code == 0 and "allow example.org: narrowed: a NetworkPolicy cannot allow a host name and the export " \
+                         "starts no proxy: egress to it is denied with the rest" in err, err
+
+
+def test_strict_turns_partial_into_errors(root):
+    code, docs, err = export(root, BASE, "", "--strict")
+    assert code == 1 and docs == [] and "[SBX051]" in err and "network: false: partial" in err, err
+    # Control: the same export without --strict writes the workload.
+    code, docs, err = export(root, BASE)
+    assert code == 0 and docs and "[SBX051]" not in err, err
