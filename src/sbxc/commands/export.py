@@ -86,6 +86,15 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
                 best = at
         return best
 
+    def cover(rule) -> None:
+        """An empty read-only volume over ``rule.path``: a folder, or the empty ConfigMap key."""
+        nonlocal need_empty_file
+        if rule.kind == KIND_DIR:
+            vol(rule, {"emptyDir": {"sizeLimit": "1Mi"}}, True, "mask")
+        else:
+            need_empty_file = True
+            vol(rule, {"configMap": {"name": f"{name}-empty"}}, True, "file", sub_path="empty")
+
     points: dict[str, list] = {}  # a masked folder's mountPath -> the mount points to make in it
 
     for rule in plan.fs:
@@ -106,15 +115,10 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
                 verdicts.append(verdict(TARGET, subj, NOT_ENFORCEABLE, rule.span,
                                         "a Pod cannot mount over its runtime's /proc, and the file is there in it "
                                         "(maskedPaths is the runtime's, not the Pod's)"))
-            elif rule.kind == KIND_DIR:
-                vol(rule, {"emptyDir": {"sizeLimit": "1Mi"}}, True, "mask")
+            else:
+                cover(rule)
                 verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
                                         "an empty read-only volume covers the runtime's own"))
-            else:
-                need_empty_file = True
-                vol(rule, {"configMap": {"name": f"{name}-empty"}}, True, "file", sub_path="empty")
-                verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
-                                        "an empty read-only file covers the runtime's own"))
             continue
         if inside in ("mask", "file"):
             # Below a masked folder: the Pod shows an empty read-only folder there, so the
@@ -140,11 +144,7 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
                                             "the path is missing on this host, so no volume covers it: if the image "
                                             "has it, the command can read it"))
                 continue
-            if rule.kind == KIND_DIR:
-                vol(rule, {"emptyDir": {"sizeLimit": "1Mi"}}, True, "mask")
-            else:
-                need_empty_file = True
-                vol(rule, {"configMap": {"name": f"{name}-empty"}}, True, "file", sub_path="empty")
+            cover(rule)
             verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
                                     "an empty read-only volume covers the path, whatever the image has there"))
         elif rule.access == TMPFS:
@@ -186,11 +186,7 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
             elif inside == "scratch":
                 # Inside a writable volume that holds nothing of this host: an empty
                 # read-only stand-in, so the path cannot be made writable there.
-                if rule.kind == KIND_DIR:
-                    vol(rule, {"emptyDir": {"sizeLimit": "1Mi"}}, True, "mask")
-                else:
-                    need_empty_file = True
-                    vol(rule, {"configMap": {"name": f"{name}-empty"}}, True, "file", sub_path="empty")
+                cover(rule)
                 verdicts.append(verdict(TARGET, subj, NARROWED, rule.span,
                                         f"a Pod cannot see this host's files, and {under} is a writable volume: an "
                                         "empty read-only stand-in covers the path"))
