@@ -610,3 +610,18 @@ def test_no_usable_runs_folder_refuses_the_run(runc, sbxc, tmp_path):
             os.rename(moved, runs)
     r = sbxc(None, "/bin/sh", "-c", f"touch {marker}", args=OCI)
     assert r.rc == 0 and os.path.exists(marker), r
+
+
+@pytest.mark.parametrize("backend", ["oci", "bwrap"])
+def test_a_bare_name_runs_without_a_path_variable(backend, request, sbxc):
+    """A policy that passes no PATH: a shell, bwrap's execvp and the core's 127 check look a
+    bare name up on a default path, and the command runs. runc searched none and failed
+    with "executable file not found", although sbxc had found the command. The control: a
+    name on no folder of that path is still 127 on both."""
+    if backend == "oci":
+        request.getfixturevalue("runc")
+    pol = "sbxc: 1\nnetwork: false\nfilesystem:\n  - read /\n  - write {project}\n"
+    r = sbxc(pol, "sh", "-c", 'echo "ran:${PATH:+has-path}"', args=("--backend", backend))
+    assert r.rc == 0 and "ran:" in r.out, r
+    r = sbxc(pol, "sbxc-no-such-command", args=("--backend", backend))
+    assert r.rc == 127 and "command not found" in r.err, r

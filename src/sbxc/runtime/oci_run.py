@@ -231,6 +231,16 @@ def _config(planfile: dict, cmd: list, env: dict, ctx, shared=None) -> dict:
     linux["readonlyPaths"] = sorted(set(readonly))
     process = dict(config["process"])
     process["args"] = list(cmd)
+    if "/" not in cmd[0] and not env.get("PATH"):
+        # The command's environment has no PATH (a policy passing none): a shell, bwrap's
+        # execvp and the core's own 127 check search a default path then, runc searches
+        # none and would fail "not found". The name is looked up on that same default path
+        # (its argv[0] is then the path found).
+        from .probe import find_command
+
+        found = find_command(cmd[0], {})
+        if found:
+            process["args"][0] = found
     process["env"] = [f"{k}={v}" for k, v in sorted(env.items())]
     process["cwd"] = ctx.cwd
     out = dict(config)
