@@ -205,30 +205,46 @@ def test_status_passes_through(runc, sbxc):
 
 @pytest.mark.parametrize("network", ["false", "[allow 127.0.0.1:9]"])
 def test_a_command_runc_cannot_exec_exits_as_in_a_shell(runc, sbxc, network):
-    """runc finds the file, writes its pid file, then its exec fails: not an executable
-    format (126) or a #! interpreter that is missing (127). runc exits 1 after one line on
-    the command's stderr; the command never ran, and a shell (and bwrap) would not say 1.
-    Both kinds of OCI run (`runc run`, and create/start for host rules). The control: a
-    command of its own exiting 1 keeps its 1."""
+    """A file a shell would not run: not an executable format (126), a #! interpreter that
+    is missing (127), no execute permission (126). runc would find it, write its pid file
+    and fail its exec with one line on the command's own stderr, which a command can write
+    too: so the runner checks the file before the container exists and says so itself,
+    with sbxc's line (the command never ran). Both kinds of OCI run (`runc run`, and
+    create/start for host rules). A script without #! runs under /bin/sh, as execvp (bwrap)
+    runs it. The control: a command that prints runc's line itself and exits 1 keeps its
+    1, and JSON says it ran."""
     proj = sbxc.project
     with open(os.path.join(proj, "badelf"), "wb") as f:
         f.write(b"\x7fELF\x02\x01\x01")
     with open(os.path.join(proj, "badshebang"), "w") as f:
         f.write("#!/nonexistent/interpreter\n")
-    for name in ("badelf", "badshebang"):
+    with open(os.path.join(proj, "noexec"), "w") as f:
+        f.write("#!/bin/sh\necho ran\n")
+    with open(os.path.join(proj, "plain"), "w") as f:
+        f.write("echo plain-ran\n")
+    for name in ("badelf", "badshebang", "plain"):
         os.chmod(os.path.join(proj, name), 0o755)
+    os.chmod(os.path.join(proj, "noexec"), 0o644)
     policy = f"sbxc: 1\nextends: [builtin:default]\nbackend: oci\nnetwork: {network}\n"
-    r = sbxc(policy, "./badelf")
-    assert (r.rc, r.err) == (126, "exec ./badelf: exec format error\n"), r
-    r = sbxc(policy, "./badshebang")
-    assert (r.rc, r.err) == (127, "exec ./badshebang: no such file or directory\n"), r
-    # A bare name, found on the PATH: runc names the path it found.
+    for name, code, words in (("badelf", 126, "cannot execute"), ("badshebang", 127, "command not found"),
+                              ("noexec", 126, "cannot execute")):
+        r = sbxc(policy, f"./{name}")
+        assert (r.rc, r.err) == (code, f"sbxc: ./{name}: {words}\n") and "ran" not in r.out, r
+    r = sbxc(policy, "./plain")
+    assert (r.rc, r.out) == (0, "plain-ran\n"), r
+    # A bare name, found on the PATH.
     os.makedirs(os.path.join(proj, "bin"))
     os.rename(os.path.join(proj, "badshebang"), os.path.join(proj, "bin", "badtool"))
     r = sbxc(policy, "badtool", env={"PATH": os.path.join(proj, "bin") + ":/usr/bin:/bin"})
-    assert (r.rc, r.err) == (127, f"exec {proj}/bin/badtool: no such file or directory\n"), r
-    r = sbxc(policy, "/bin/sh", "-c", "echo 'exec: not what runc says' >&2; exit 1")
-    assert (r.rc, r.err) == (1, "exec: not what runc says\n"), r
+    assert (r.rc, r.err) == (127, "sbxc: badtool: command not found\n"), r
+    # The control: runc's own words, printed by a command that ran, are its output.
+    with open(os.path.join(proj, "liar"), "w") as f:
+        f.write('#!/bin/sh\necho "exec ./liar: no such file or directory" >&2\ntouch ran-marker\nexit 1\n')
+    os.chmod(os.path.join(proj, "liar"), 0o755)
+    r = sbxc(policy, "./liar", args=("--format", "json"))
+    status = json.loads(r.err.splitlines()[-1])
+    assert r.rc == 1 and status["exit_status"] == 1 and status["ran"] is True, (r, status)
+    assert os.path.exists(os.path.join(proj, "ran-marker"))
 
 
 def test_every_mount_from_the_host_is_nosuid_and_nodev(runc, sbxc):

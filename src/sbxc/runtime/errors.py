@@ -19,6 +19,20 @@ class Refusal(Exception):
         return refusal_line(self.cause, self.fix)
 
 
+class NotStartable(Exception):
+    """Raised by a runner before the command starts when the command cannot be started (a
+    file that cannot be executed, a missing interpreter): the core prints sbxc's line and
+    exits ``code`` (126 or 127), as a shell would; nothing ran."""
+
+    def __init__(self, code: int, what: str):
+        super().__init__(code, what)
+        self.code = code
+        self.what = what
+
+    def line(self) -> str:
+        return f"sbxc: {one_line(self.what, 200)}: {'command not found' if self.code == 127 else 'cannot execute'}"
+
+
 class PlanOutdated(Exception):
     """A check made after the runner prepared the run found the cached plan made by other
     compiler code: nothing of the command ran; the caller compiles again and runs anew."""

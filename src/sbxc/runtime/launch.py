@@ -17,7 +17,7 @@ from ..fastos import os  # the hot path's os (sbxc.fastos)
 import sys
 
 from ..layout import PLAN_FORMAT
-from .errors import REFUSED, PlanOutdated, Refusal, one_line
+from .errors import REFUSED, NotStartable, PlanOutdated, Refusal, one_line
 from .spec import Context, Feedback, RunState
 from .staleness import HostNow, why_stale
 
@@ -276,6 +276,10 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
         settle()  # a refusal the plan caused, when it no longer holds: compiled again instead
         sys.stderr.write(r.line() + "\n")
         return REFUSED
+    except NotStartable as n:
+        settle()
+        sys.stderr.write(n.line() + "\n")
+        return n.code
 
 
 def after_run(watch, record, status: int, end: int) -> None:

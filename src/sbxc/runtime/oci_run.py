@@ -17,8 +17,9 @@ runc's own channels, which the command never holds: runc's log goes to a pipe of
 (``--log /proc/self/fd/N``; runc marks every descriptor above stdio close-on-exec before
 it execs the command), and ``--pid-file`` is written only once the container's process
 was released to exec the command. No pid file and a non-zero status: the command never
-ran, and the log's error names the cause (exit 125, or 127/126 for a command runc could
-not find or exec, as a shell).
+ran, and the log's error names the cause (exit 125, or 127 for a command runc could not
+find). What a shell would not exec is refused before the container exists (``program``):
+once the pid file is written, runc tells a failed exec only on the command's own stderr.
 
 Host rules (``_split_run``): the proxy's listener must be in the container's network
 namespace before the command starts, so such runs use `runc create`, the listener
@@ -114,26 +115,94 @@ def exec_status(msg: str):
     return 126
 
 
-_EXEC_ERRORS = {b"exec format error": 126, b"permission denied": 126, b"no such file or directory": 127}
+def _elf_interpreter(head: bytes, f) -> str:
+    """The PT_INTERP path of a 64-bit little-endian ELF whose first bytes are ``head`` ('' when
+    it has none or the header cannot be read)."""
+    if len(head) < 64 or head[4] != 2 or head[5] != 1:
+        return ""
+    phoff = int.from_bytes(head[32:40], "little")
+    phentsize = int.from_bytes(head[54:56], "little")
+    phnum = int.from_bytes(head[56:58], "little")
+    if phentsize < 56 or phnum > 256:
+        return ""
+    table = os.pread(f, phentsize * phnum, phoff)
+    for i in range(phnum):
+        ph = table[i * phentsize:(i + 1) * phentsize]
+        if len(ph) < 56 or int.from_bytes(ph[0:4], "little") != 3:  # PT_INTERP
+            continue
+        offset, size = int.from_bytes(ph[8:16], "little"), int.from_bytes(ph[32:40], "little")
+        if size > 4096:
+            return ""
+        return os.fsdecode(os.pread(f, size, offset).split(b"\0", 1)[0])
+    return ""
 
 
-def exec_failure(status: int, first: bytes, arg0: str):
-    """126/127 when runc's init could not exec the command: runc (1.1) found it on the
-    PATH, wrote the pid file, then its exec failed (not an executable format, a ``#!``
-    interpreter that is missing) and it exits 1 after one line on the command's stderr,
-    ``exec ARG0: ERROR``. A shell gives 126 or 127 there, and the command never ran. Else
-    None (the status is the command's)."""
-    if status != 1:
-        return None
-    line = first.split(b"\n", 1)[0].rstrip(b"\r")
-    if not line.startswith(b"exec "):
-        return None
-    path, sep, error = line[5:].rpartition(b": ")
-    want = os.fsencode(arg0)
-    # A bare name is named by the path runc found for it on the PATH.
-    if not sep or not (path == want or (b"/" not in want and path.endswith(b"/" + want))):
-        return None
-    return _EXEC_ERRORS.get(error)
+def _machine() -> bytes:
+    """This host's ELF class, data and machine bytes (from the interpreter running sbxc)."""
+    try:
+        with open("/proc/self/exe", "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return b""
+    return head[4:6] + head[18:20] if len(head) == 20 else b""
+
+
+def program(cmd: list, env: dict, cwd: str) -> list:
+    """The command's argv for runc, or NotStartable (126/127) when the file it names cannot
+    be executed: checked here, on the host, before the container exists.
+
+    runc execs the command itself (no shell, no execvp) and, once it wrote the pid file, can
+    say that its exec failed only on the command's own stderr, which the command could
+    also have written: a status taken from there would let a command that ran be reported
+    as never started. So what a shell would refuse is refused before the start, from the
+    file itself (the sandbox shows the host's file at the same path, or none at all, and
+    runc's own search then reports that through its log): a file without execute
+    permission or a folder is 126; a ``#!`` interpreter or an ELF program interpreter that
+    does not exist is 127; an ELF for another machine is 126. A file that is neither ELF
+    nor ``#!`` is run by ``/bin/sh``, as execvp (bwrap) and the Landlock runner do. A
+    failure of the exec that this does not foresee is the status runc gives (1)."""
+    from .probe import find_command
+    from .errors import NotStartable
+
+    name = cmd[0]
+    path = (name if name.startswith("/") else cwd.rstrip("/") + "/" + name) if "/" in name else \
+        find_command(name, env if env.get("PATH") else {})
+    if not path:
+        return list(cmd)  # not on this host's PATH: runc's own search reports it (127)
+    args = list(cmd)
+    if "/" not in name and not env.get("PATH"):
+        # No PATH for the command: a shell, bwrap's execvp and the core's 127 check search a
+        # default path, runc searches none ("not found"): the file found on it is named.
+        args[0] = path
+    try:
+        st = os.stat(path)
+    except OSError:
+        return args  # gone, or not reachable here: runc's own search decides
+    if st.st_mode & 0o170000 == 0o040000 or not os.access(path, os.X_OK):
+        raise NotStartable(126, name)
+    try:
+        f = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return args  # execute-only: nothing to read, the kernel decides
+    try:
+        head = os.pread(f, 256, 0)
+        if head.startswith(b"#!"):
+            words = head[2:].split(b"\n", 1)[0].split()
+            if words and not os.path.exists(os.fsdecode(words[0])):
+                raise NotStartable(127, name)
+        elif head.startswith(b"\x7fELF"):
+            want = _machine()
+            if len(head) < 64 or (want and head[4:6] + head[18:20] != want):
+                raise NotStartable(126, name)  # cut short, or for another machine: ENOEXEC
+            interp = _elf_interpreter(head, f)
+            if interp and not os.path.exists(interp):
+                raise NotStartable(127, name)
+        else:
+            # Not a format the kernel runs (a script without #!): execvp hands it to sh.
+            args = ["/bin/sh", name if "/" in name else path] + list(cmd[1:])
+    finally:
+        os.close(f)
+    return args
 
 
 def runc_failure(msg: str) -> Refusal:
@@ -231,16 +300,6 @@ def _config(planfile: dict, cmd: list, env: dict, ctx, shared=None) -> dict:
     linux["readonlyPaths"] = sorted(set(readonly))
     process = dict(config["process"])
     process["args"] = list(cmd)
-    if "/" not in cmd[0] and not env.get("PATH"):
-        # The command's environment has no PATH (a policy passing none): a shell, bwrap's
-        # execvp and the core's own 127 check search a default path then, runc searches
-        # none and would fail "not found". The name is looked up on that same default path
-        # (its argv[0] is then the path found).
-        from .probe import find_command
-
-        found = find_command(cmd[0], {})
-        if found:
-            process["args"][0] = found
     process["env"] = [f"{k}={v}" for k, v in sorted(env.items())]
     process["cwd"] = ctx.cwd
     out = dict(config)
@@ -409,8 +468,7 @@ def _is_runc_init(pid: int, runc: str) -> bool:
     return len(args) >= 2 and args[1] == b"init" and args[0].rpartition(b"/")[2] == os.fsencode(runc).rpartition(b"/")[2]
 
 
-def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, cleanup, watcher, sh,
-               arg0: str) -> LaunchSpec:
+def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, cleanup, watcher, sh) -> LaunchSpec:
     """Host rules: `runc create`, the proxy's listener, `runc start` (see the module text).
 
     The core starts `runc create` (``argv``). ``launched`` waits for it to exit: the
@@ -614,9 +672,6 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
             return 128 + pending[0]
         if emulated[0] and status == 128 + _SIGKILL:
             return 128 + emulated[0]
-        if started[0]:
-            code = exec_failure(status, first, arg0)
-            return code if code is not None else status
         return status
 
     # Cleanups run last first: the lifeline is dropped before the watcher is ended (it waits
@@ -658,6 +713,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     if access in ("none", "mask") or (access == "tmpfs" and where != cwd):
         raise Refusal(f"the current folder {cwd} is not in the sandbox (policy: {access})",
                       "run sbxc from a folder the policy shows, e.g. the project")
+    cmd = program(cmd, env, cwd)  # 126/127 before anything is made, as a shell would
 
     # The bundle: in the plans folder's own ``runs`` folder (layout.RUNS_SUBDIR: reaping
     # stale ones lists it on every run, and the plans folder holds hundreds of entries),
@@ -766,8 +822,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     watcher = Watcher()
     if net == "hosts":
         base_argv = [found, "--root", bundle, "--log", "/proc/self/fd/2", "--log-format", "text"] + rootless
-        return _split_run(argv, base_argv, bundle, pid_file, cid, RUNC_ENV, ctx, log_r, log_w, cleanup, watcher, sh,
-                          cmd[0])
+        return _split_run(argv, base_argv, bundle, pid_file, cid, RUNC_ENV, ctx, log_r, log_w, cleanup, watcher, sh)
     argv += ["run", "--bundle", bundle, "--pid-file", pid_file, cid]
 
     read_log = _log_reader(log_r)
@@ -869,10 +924,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     def command_status(status: int, first: bytes) -> int:
         if emulated[0] and status == 128 + _SIGKILL:
             return 128 + emulated[0]
-        if started():
-            code = exec_failure(status, first, cmd[0])
-            return code if code is not None else status
-        if status == 0 or status > 128:
+        if started() or status == 0 or status > 128:
             return status
         code = exec_status(log_error(read_log()))
         return code if code is not None else status
