@@ -232,6 +232,10 @@ def test_a_command_runc_cannot_exec_exits_as_in_a_shell(runc, sbxc, network):
         assert (r.rc, r.err) == (code, f"sbxc: ./{name}: {words}\n") and "ran" not in r.out, r
     r = sbxc(policy, "./plain")
     assert (r.rc, r.out) == (0, "plain-ran\n"), r
+    fifo = os.path.join(proj, "fifo")
+    os.mkfifo(fifo, 0o755)  # looked at, never opened: a read of it would wait for a writer
+    r = sbxc(policy, "./fifo")
+    assert (r.rc, r.err) == (126, "sbxc: ./fifo: cannot execute\n"), r
     # A bare name, found on the PATH.
     os.makedirs(os.path.join(proj, "bin"))
     os.rename(os.path.join(proj, "badshebang"), os.path.join(proj, "bin", "badtool"))

@@ -157,7 +157,7 @@ def program(cmd: list, env: dict, cwd: str) -> list:
     as never started. So what a shell would refuse is refused before the start, from the
     file itself (the sandbox shows the host's file at the same path, or none at all, and
     runc's own search then reports that through its log): a file without execute
-    permission or a folder is 126; a ``#!`` interpreter or an ELF program interpreter that
+    permission or anything but a regular file is 126; a ``#!`` interpreter or an ELF program interpreter that
     does not exist is 127; an ELF for another machine is 126. A file that is neither ELF
     nor ``#!`` is run by ``/bin/sh``, as execvp (bwrap) and the Landlock runner do. A
     failure of the exec that this does not foresee is the status runc gives (1)."""
@@ -178,10 +178,12 @@ def program(cmd: list, env: dict, cwd: str) -> list:
         st = os.stat(path)
     except OSError:
         return args  # gone, or not reachable here: runc's own search decides
-    if st.st_mode & 0o170000 == 0o040000 or not os.access(path, os.X_OK):
+    if st.st_mode & 0o170000 != 0o100000 or not os.access(path, os.X_OK):
+        # A folder, a FIFO, a device or a socket: execve refuses them all (EACCES), and a
+        # FIFO would block the read below.
         raise NotStartable(126, name)
     try:
-        f = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        f = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return args  # execute-only: nothing to read, the kernel decides
     try:
