@@ -147,6 +147,15 @@ def _machine() -> bytes:
     return head[4:6] + head[18:20] if len(head) == 20 else b""
 
 
+def _binfmt_misc() -> bool:
+    """Whether the kernel has binfmt_misc handlers registered (other formats it can run)."""
+    try:
+        names = os.listdir("/proc/sys/fs/binfmt_misc")
+    except OSError:
+        return False
+    return any(n not in ("register", "status") for n in names)
+
+
 def program(cmd: list, env: dict, cwd: str) -> list:
     """The command's argv for runc, or NotStartable (126/127) when the file it names cannot
     be executed: checked here, on the host, before the container exists.
@@ -159,7 +168,8 @@ def program(cmd: list, env: dict, cwd: str) -> list:
     runc's own search then reports that through its log): a file without execute
     permission or anything but a regular file is 126; a ``#!`` interpreter or an ELF program interpreter that
     does not exist is 127; an ELF for another machine is 126. A file that is neither ELF
-    nor ``#!`` is run by ``/bin/sh``, as execvp (bwrap) and the Landlock runner do. A
+    nor ``#!`` is run by ``/bin/sh``, as execvp (bwrap) and the Landlock runner do (unless
+    binfmt_misc has handlers, which may take it). A
     failure of the exec that this does not foresee is the status runc gives (1)."""
     from .probe import find_command
     from .errors import NotStartable
@@ -199,8 +209,9 @@ def program(cmd: list, env: dict, cwd: str) -> list:
             interp = _elf_interpreter(head, f)
             if interp and not os.path.exists(interp):
                 raise NotStartable(127, name)
-        else:
+        elif not _binfmt_misc():
             # Not a format the kernel runs (a script without #!): execvp hands it to sh.
+            # Where binfmt_misc has handlers, the kernel may run it: runc execs it as it is.
             args = ["/bin/sh", name if "/" in name else path] + list(cmd[1:])
     finally:
         os.close(f)
