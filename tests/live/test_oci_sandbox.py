@@ -396,8 +396,10 @@ def test_signals_reach_the_command_as_on_other_backends(runc, sbxc):
     out, err = p.communicate(timeout=20)
     assert p.returncode == 143, (out, err)
     assert time.monotonic() - t0 < 10
-    handler = ("import signal, sys, time\n"
-               "signal.signal(signal.SIGTERM, lambda *a: (print('caught', flush=True), sys.exit(5)))\n"
+    # The handler writes with os.write: the signal may come while the main code is still
+    # inside print('ready'), and a print from the handler would then fail (reentrant call).
+    handler = ("import os, signal, time\n"
+               "signal.signal(signal.SIGTERM, lambda *a: (os.write(1, b'caught\\n'), os._exit(5)))\n"
                "print('ready', flush=True)\n"
                "time.sleep(30)\n")
     p = start(SANDBOX_PYTHON, "-c", handler, ready=said_ready)

@@ -846,7 +846,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         # runc runs and waits for its config: it is made now, while runc starts.
         gate.pid = pid
         try:
-            watcher.start(sh, [found, "--root", bundle, *rootless, "delete", "--force", cid])
+            watcher.start(sh, [found, "--root", bundle, *rootless, "delete", "--force", cid], made_when=(pid_file, pid))
         except OSError as e:
             refused.append(_watcher_refusal(e))  # never released: runc reads end of file
             return

@@ -28,9 +28,15 @@ from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 SCRIPT = ('read -r said; '
           'if [ "$said" = made ]; then read -r said; elif [ "$said" != done ] && [ "$1" != - ]; then read -r _ <&"$1"; fi; '
-          '[ "$said" = done ] && exit 0; shift; exec "$@"')
+          '[ "$said" = done ] && exit 0; '
+          'alive() { read -r s < "/proc/$1/stat" || return 1; s=${s##*") "}; [ "${s%% *}" != Z ]; }; '
+          'n=0; while [ "$2" != - ] && [ ! -e "$2" ] && [ $n -lt 2000 ] && alive "$3" 2>/dev/null; '
+          'do sleep 0.01; n=$((n+1)); done; '
+          'shift 3; exec "$@"')
 """``$1``: ``-``, or the descriptor of a lifeline (``Watcher.start``), waited on before the
-delete unless sbxc said ``made`` (``Watcher.made``) first; the rest is the delete's argv."""
+delete unless sbxc said ``made`` (``Watcher.made``) first; ``$2`` and ``$3``: ``-``, or the
+pid file of a `runc run` and that runc's pid: the delete waits until the file is there or
+that runc is gone, a zombie included (at most about 20 s); the rest is the delete's argv."""
 MADE = b"made\n"
 DONE = b"done\n"
 
@@ -42,12 +48,16 @@ class Watcher:
         self.pid = 0
         self._w = -1
 
-    def start(self, sh: str, delete_argv: list, lifeline: int = -1) -> None:
+    def start(self, sh: str, delete_argv: list, lifeline: int = -1, made_when: tuple = ()) -> None:
         """Start ``sh`` watching; ``delete_argv`` is the whole `runc ... delete --force ID`.
         ``lifeline``: the read end of a pipe whose write end a runc that makes the container
         holds (`runc create`, started after this): once sbxc is gone the watcher waits for
         its end of file, so that the delete comes after the container exists, not while
-        runc still makes it. OSError when it cannot be started."""
+        runc still makes it. ``made_when``: (pid file, pid) of a `runc run`, which, once it
+        has its config, goes on making and starting the container after sbxc is gone and
+        writes the pid file last: the delete waits for that file (or for that runc's end).
+        Run while runc still makes the container, it finds none, or removes runc's state
+        of half of one and leaves the rest waiting. OSError when it cannot be started."""
         import _signal
 
         r, w = os.pipe()  # both close-on-exec: runc and the command never get them
@@ -55,8 +65,9 @@ class Watcher:
         old = _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())  # inherited by sh
         try:
             null = os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)
-            self.pid = _spawn([sh, "-c", SCRIPT, "sh", str(lifeline) if lifeline >= 0 else "-", *delete_argv], r, null,
-                              keep=(lifeline,) if lifeline >= 0 else ())
+            wait = [made_when[0], str(made_when[1])] if made_when else ["-", "-"]
+            self.pid = _spawn([sh, "-c", SCRIPT, "sh", str(lifeline) if lifeline >= 0 else "-", *wait, *delete_argv], r,
+                              null, keep=(lifeline,) if lifeline >= 0 else ())
         except BaseException:
             os.close(w)
             raise
