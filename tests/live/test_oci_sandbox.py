@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -232,6 +233,29 @@ def test_a_command_runc_cannot_exec_exits_as_in_a_shell(runc, sbxc, network):
         assert (r.rc, r.err) == (code, f"sbxc: ./{name}: {words}\n") and "ran" not in r.out, r
     r = sbxc(policy, "./plain")
     assert (r.rc, r.out) == (0, "plain-ran\n"), r
+    # The #! line as the kernel reads it, and its interpreter as the sandbox shows it (as
+    # bwrap's execvp meets them): a CR is part of the name, an interpreter must be an
+    # executable regular file that no mask hides, and a #! naming nothing runs under sh.
+    os.makedirs(os.path.join(proj, "idir"))
+    os.makedirs(os.path.join(proj, "hid"))
+    shutil.copy("/bin/sh", os.path.join(proj, "hid", "sh"))
+    with open(os.path.join(proj, "noxinterp"), "w") as f:
+        f.write("#!/bin/sh\n")
+    cases = {"dos": "#!/bin/sh\r\necho dos\r\n", "nx": f"#!{proj}/noxinterp\n", "idr": f"#! {proj}/idir\n",
+             "hidden": f"#!{proj}/hid/sh\necho hidden\n", "empty": "#!\necho empty-shebang\n"}
+    for name, text in cases.items():
+        with open(os.path.join(proj, name), "w") as f:
+            f.write(text)
+        os.chmod(os.path.join(proj, name), 0o755)
+    masked = policy + "filesystem:\n  - mask {project}/hid\n"
+    for name, code, words in (("dos", 127, "command not found"), ("nx", 126, "cannot execute"),
+                              ("idr", 126, "cannot execute"), ("hidden", 127, "command not found")):
+        r = sbxc(masked, f"./{name}")
+        assert (r.rc, r.err) == (code, f"sbxc: ./{name}: {words}\n"), r
+    r = sbxc(masked, "./empty")
+    assert (r.rc, r.out) == (0, "empty-shebang\n"), r
+    r = sbxc(policy, "./hidden")  # the control: not masked, the same interpreter runs it
+    assert (r.rc, r.out) == (0, "hidden\n"), r
     fifo = os.path.join(proj, "fifo")
     os.mkfifo(fifo, 0o755)  # looked at, never opened: a read of it would wait for a writer
     r = sbxc(policy, "./fifo")

@@ -156,7 +156,28 @@ def _binfmt_misc() -> bool:
     return any(n not in ("register", "status") for n in names)
 
 
-def program(cmd: list, env: dict, cwd: str) -> list:
+def _interpreter(path: str, cwd: str, checks) -> int:
+    """0 when the kernel can open ``path`` as a program's interpreter inside the sandbox, else
+    the shell's status for why not: 127 when it is missing (here, or hidden by the plan: a
+    mask, no rule, inside a tmpfs), 126 when it is no regular file with execute permission."""
+    from .staleness import deepest_check
+
+    if not path.startswith("/"):
+        path = cwd.rstrip("/") + "/" + path  # the kernel opens it from the command's folder
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 127
+    check = deepest_check(checks, os.path.realpath(path))
+    access = check[2] if check is not None else "none"
+    if access in ("none", "mask") or (access == "tmpfs" and check[0] != os.path.realpath(path)):
+        return 127
+    if st.st_mode & 0o170000 != 0o100000 or not os.access(path, os.X_OK):
+        return 126
+    return 0
+
+
+def program(cmd: list, env: dict, cwd: str, checks=()) -> list:
     """The command's argv for runc, or NotStartable (126/127) when the file it names cannot
     be executed: checked here, on the host, before the container exists.
 
@@ -166,11 +187,14 @@ def program(cmd: list, env: dict, cwd: str) -> list:
     as never started. So what a shell would refuse is refused before the start, from the
     file itself (the sandbox shows the host's file at the same path, or none at all, and
     runc's own search then reports that through its log): a file without execute
-    permission or anything but a regular file is 126; a ``#!`` interpreter or an ELF program interpreter that
-    does not exist is 127; an ELF for another machine is 126. A file that is neither ELF
-    nor ``#!`` is run by ``/bin/sh``, as execvp (bwrap) and the Landlock runner do (unless
-    binfmt_misc has handlers, which may take it). A
-    failure of the exec that this does not foresee is the status runc gives (1)."""
+    permission or anything but a regular file is 126. Its interpreter (the ``#!`` line's,
+    read as the kernel reads it: spaces and tabs only, so a CR stays part of the name; an
+    ELF's program interpreter) must be a regular file with execute permission that the
+    plan (``checks``) shows inside: else 127 when missing or hidden, 126. An ELF cut short
+    or for another machine is 126. A file that is neither ELF nor ``#!`` with a name is run
+    by ``/bin/sh``, as execvp (bwrap) and the Landlock runner do (unless binfmt_misc has
+    handlers, which may take it). A failure of the exec that this does not foresee is the
+    status runc gives (1)."""
     from .probe import find_command
     from .errors import NotStartable
 
@@ -198,20 +222,25 @@ def program(cmd: list, env: dict, cwd: str) -> list:
         return args  # execute-only: nothing to read, the kernel decides
     try:
         head = os.pread(f, 256, 0)
+        interp = ""
         if head.startswith(b"#!"):
-            words = head[2:].split(b"\n", 1)[0].split()
-            if words and not os.path.exists(os.fsdecode(words[0])):
-                raise NotStartable(127, name)
+            line = head[2:].split(b"\n", 1)[0].replace(b"\t", b" ").strip(b" ")
+            interp = os.fsdecode(line.split(b" ", 1)[0])
         elif head.startswith(b"\x7fELF"):
             want = _machine()
             if len(head) < 64 or (want and head[4:6] + head[18:20] != want):
                 raise NotStartable(126, name)  # cut short, or for another machine: ENOEXEC
             interp = _elf_interpreter(head, f)
-            if interp and not os.path.exists(interp):
-                raise NotStartable(127, name)
+            if not interp:
+                return args  # static
+        if interp:
+            code = _interpreter(interp, cwd, checks)
+            if code:
+                raise NotStartable(code, name)
         elif not _binfmt_misc():
-            # Not a format the kernel runs (a script without #!): execvp hands it to sh.
-            # Where binfmt_misc has handlers, the kernel may run it: runc execs it as it is.
+            # Not a format the kernel runs (a script without #!, or a #! naming nothing):
+            # execvp hands it to sh. Where binfmt_misc has handlers, the kernel may run it:
+            # runc execs it as it is.
             args = ["/bin/sh", name if "/" in name else path] + list(cmd[1:])
     finally:
         os.close(f)
@@ -726,7 +755,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     if access in ("none", "mask") or (access == "tmpfs" and where != cwd):
         raise Refusal(f"the current folder {cwd} is not in the sandbox (policy: {access})",
                       "run sbxc from a folder the policy shows, e.g. the project")
-    cmd = program(cmd, env, cwd)  # 126/127 before anything is made, as a shell would
+    cmd = program(cmd, env, cwd, (planfile.get("runtime") or {}).get("checks") or ())  # 126/127 first, as a shell
 
     # The bundle: in the plans folder's own ``runs`` folder (layout.RUNS_SUBDIR: reaping
     # stale ones lists it on every run, and the plans folder holds hundreds of entries),
