@@ -185,3 +185,23 @@ def test_abstract_socket_verdict_follows_landlock_abi(abi, status):
     assert [v.status for v in got] == [status]
     off = bwrap.lower(plan([rule("/", "read")], net="off"), dataclasses.replace(host(), landlock_abi=abi))
     assert not [v for v in off.verdicts if v.subject == "abstract unix sockets"]
+
+
+def test_masks_over_the_sandboxes_own_proc_and_dev_are_mounted():
+    """A mask of a kernel file in the sandbox's own /proc, or of an entry of bwrap's own
+    /dev, is mounted over it; a /dev entry bwrap's /dev lacks, and a per-device sysctl of
+    the host's network when the sandbox has a network of its own, need nothing (bwrap
+    could not make their mount points). With the host's network shared, the device's
+    sysctls are there: mounted."""
+    rules = [rule("/", "read"), rule("/proc/cpuinfo", "mask", "file"), rule("/dev/shm", "mask"),
+             rule("/dev/mqueue", "mask", "missing"), rule("/proc/sys/net/ipv4/conf/eth0", "mask"),
+             rule("/proc/sys/net/ipv4/conf/lo", "mask")]
+    for net in ("off", "on"):
+        low = bwrap.lower(plan(rules, net=net), host())
+        got = ops(low.data["argv"])
+        assert ("--ro-bind-data", bwrap.EMPTY_FD, "/proc/cpuinfo") in got
+        assert ("--tmpfs", "/dev/shm") in got and ("--remount-ro", "/dev/shm") in got
+        assert ("--tmpfs", "/proc/sys/net/ipv4/conf/lo") in got
+        assert not [o for o in got if "/dev/mqueue" in o]
+        assert (("--tmpfs", "/proc/sys/net/ipv4/conf/eth0") in got) == (net == "on"), got
+        assert {v.subject: v.status for v in low.verdicts}["mask /proc/sys/net/ipv4/conf/eth0"] == "enforced"

@@ -148,3 +148,46 @@ def test_strict_turns_partial_into_errors(root):
     # Control: the same export without --strict writes the workload.
     code, docs, err = export(root, BASE)
     assert code == 0 and docs and "[SBX051]" not in err, err
+
+
+def test_volumes_inside_a_read_only_part_of_the_project(root):
+    """``read {project}/docs`` is a read-only subPath mount; a write rule inside it is the
+    same claim path mounted writable (the kubelet makes a missing subPath), and a masked
+    folder inside it needs its mount point made first in the claim path (the init
+    container mounts that subPath writable for it alone)."""
+    proj = os.path.join(root, "proj")
+    code, docs, err = export(root, BASE + "filesystem:\n  - read {project}/docs\n  - write {project}/docs/gen\n"
+                             "  - mask {project}/docs/s\n", "dir proj/docs/gen\ndir proj/docs/s\n")
+    assert code == 0, err
+    m = mounts(docs)
+    claim = m[proj]["name"]
+    assert m[proj + "/docs"] == {"name": claim, "mountPath": proj + "/docs", "readOnly": True, "subPath": "docs"}
+    assert m[proj + "/docs/gen"] == {"name": claim, "mountPath": proj + "/docs/gen", "readOnly": False,
+                                     "subPath": "docs/gen"}
+    assert m[proj + "/docs/s"]["readOnly"] is True
+    (init,) = pod(docs)["initContainers"]
+    assert init["command"] == ["mkdir", "-p", "--", proj + "/docs/s"], init
+    assert init["volumeMounts"] == [dict(m[proj + "/docs"], readOnly=False)], init
+    # Control: without the masked folder inside it, no mount point is needed.
+    code, docs, err = export(root, BASE + "filesystem:\n  - read {project}/docs\n  - write {project}/docs/gen\n")
+    assert code == 0 and "initContainers" not in pod(docs), docs
+
+
+def test_dev_and_proc_entries_are_the_runtimes_own(root):
+    """The Pod's /dev is the runtime's: an entry it makes is covered even where this host
+    lacks it (/dev/mqueue here), and /dev or /proc as a whole cannot be masked (the
+    runtime needs them). A per-device sysctl of this host's network is not in the Pod's
+    own network namespace."""
+    extra = {"/proc": ("dir", 0, 0o555), "/proc/sys/net/ipv4/conf/eth0": ("dir", 0, 0o555),
+             "/dev": ("dir", 0, 0o755)}
+    code, docs, err = export(root, BASE + "filesystem:\n  - mask /dev/mqueue /proc/sys/net/ipv4/conf/eth0\n",
+                             extra=extra)
+    assert code == 0, err
+    m = mounts(docs)
+    assert m["/dev/mqueue"]["readOnly"] is True
+    vols = {v["name"]: v for v in pod(docs)["volumes"]}
+    assert "emptyDir" in vols[m["/dev/mqueue"]["name"]]
+    assert "mask /proc/sys/net/ipv4/conf/eth0: enforced: not there" in err, err
+    for whole in ("/dev", "/proc"):
+        code, docs, err = export(root, BASE + f"filesystem:\n  - mask {whole}\n", extra=extra)
+        assert code == 1 and f"mask {whole}: not enforceable" in err, err

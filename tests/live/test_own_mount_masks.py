@@ -78,3 +78,41 @@ def test_a_rule_on_one_process_entry_is_refused(path, sbxc):
         f.write("sbxc: 1\nextends: [builtin:default]\nfilesystem:\n  - mask /proc/cpuinfo\n")
     r = run(sbxc_argv("compile", "--check", "--policy", pol), env=base_env(sbxc.home), cwd=sbxc.project)
     assert r.rc == 0, r
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "oci"])
+def test_a_mask_of_a_host_network_device_sysctl(backend, sbxc, request):
+    """/proc/sys/net/ipv4/conf holds one folder per device of the opener's network
+    namespace. With the network off the sandbox's namespace has loopback only: a mask of
+    the host's device there has nothing to cover (bwrap could not even make its mount
+    point, and every run failed with 125). With the network on, the device is there and
+    the mask covers it (the control: the same file, read without the mask)."""
+    runc_for(request)
+    conf = "/proc/sys/net/ipv4/conf"
+    devices = sorted(d for d in os.listdir(conf) if d not in ("all", "default", "lo"))
+    assert devices, "this host has no network device but loopback"
+    path = f"{conf}/{devices[0]}"
+    probe = f"cat {path}/forwarding 2>/dev/null; echo rc=$?"
+    base = f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\n"
+    r = sbxc(base + f"network: false\nfilesystem:\n  - mask {path}\n", "/bin/sh", "-c", probe)
+    assert r.rc == 0 and "rc=" in r.out, r
+    if backend == "bwrap":
+        free = sbxc(base + "network: true\n", "/bin/sh", "-c", probe)
+        assert free.rc == 0 and free.out.split("\n")[0] in ("0", "1"), free
+        r = sbxc(base + f"network: true\nfilesystem:\n  - mask {path}\n", "/bin/sh", "-c", probe)
+        assert r.rc == 0 and r.out.split("\n")[0].startswith("rc="), r
+
+
+@pytest.mark.parametrize("whole", ["/proc", "/dev"])
+def test_runc_cannot_mask_its_own_proc_or_dev_whole(whole, sbxc):
+    """runc reads /proc/self/fd and /dev/null while it sets the container up: a mask of
+    either folder as a whole is not enforceable on OCI (compiled as an error, not reported
+    enforced and then refused by every run). bwrap runs it (the control)."""
+    pol = os.path.join(sbxc.project, "sandbox.policy.yaml")
+    with open(pol, "w") as f:
+        f.write(f"sbxc: 1\nextends: [builtin:default]\nnetwork: false\nfilesystem:\n  - mask {whole}\n")
+    r = run(sbxc_argv("compile", "--check", "--backend", "oci", "--policy", pol), env=base_env(sbxc.home),
+            cwd=sbxc.project)
+    assert r.rc == 1 and f"oci: mask {whole}: not enforceable" in r.out, r
+    r = sbxc(open(pol).read(), "/bin/echo", "ran", args=("--backend", "bwrap"))
+    assert (r.rc, r.out) == (0, "ran\n"), r

@@ -56,7 +56,7 @@ from .mountrules import rule_subject as _subject
 
 NAME = "bwrap"
 DEV_FILES = ("null", "zero", "full", "random", "urandom", "tty", "console", "pts", "ptmx", "shm", "fd", "stdin",
-             "stdout", "stderr", "core")
+             "stdout", "stderr")
 """What bwrap's own /dev (``--dev``) holds: a mask of one of these is mounted over it."""
 
 
@@ -103,7 +103,7 @@ def lower(plan: Plan, host) -> Lowered:
         parent_access = parent.access if parent is not None else None
         cache_rule = rule.origin == "cache"  # made by the runtime before bwrap starts
         missing = rule.kind == KIND_MISSING and not cache_rule
-        done = settled(NAME, rule, subj, parent_access, missing, DEV_FILES)
+        done = settled(NAME, rule, subj, parent_access, missing, DEV_FILES, plan.network.mode != NET_ON)
         if done is not None:
             verdicts.append(done)
             continue

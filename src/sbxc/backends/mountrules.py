@@ -12,10 +12,26 @@ OWN_MOUNTS = ("/proc", "/dev")
 """Folders every sandbox gets its own of: no host rule reaches into them."""
 
 
+_NET_PER_DEVICE = ("/proc/sys/net/ipv4/conf/", "/proc/sys/net/ipv6/conf/", "/proc/sys/net/ipv4/neigh/",
+                   "/proc/sys/net/ipv6/neigh/", "/proc/sys/net/mpls/conf/")
+"""Folders of /proc/sys/net with one entry per network device of the opener's namespace."""
+
+
+def own_net_absent(path: str) -> bool:
+    """Whether ``path`` is a per-device sysctl entry that a sandbox with its own network
+    namespace (loopback only) does not have: any device but ``all``, ``default`` and
+    ``lo``."""
+    for top in _NET_PER_DEVICE:
+        if path.startswith(top):
+            return path[len(top):].split("/", 1)[0] not in ("all", "default", "lo")
+    return False
+
+
 def settled(backend: str, rule, subj: str, parent_access: Optional[str], missing: bool,
-            dev_files: tuple) -> Optional[Verdict]:
+            dev_files: tuple, own_net: bool = False) -> Optional[Verdict]:
     """The verdict for ``rule`` when no mount of it is needed, else None. ``dev_files``
-    names what the backend's own /dev holds (its first-level entries).
+    names what the backend's own /dev holds (its first-level entries); ``own_net``: the
+    sandbox has a network namespace of its own.
 
     A mask under the sandbox's own /proc or /dev still needs its mount where the path is
     there inside: the fresh procfs shows the same kernel-wide files as the host's
@@ -26,8 +42,14 @@ def settled(backend: str, rule, subj: str, parent_access: Optional[str], missing
     under_own = next((o for o in OWN_MOUNTS if is_within(rule.path, o)), None)
     if under_own is not None:
         if rule.access == MASK:
-            if missing or (under_own == "/dev" and rule.path != "/dev"
-                           and rule.path[5:].split("/", 1)[0] not in dev_files):
+            if under_own == "/dev" and rule.path != "/dev":
+                # The sandbox's /dev is its own: what the host has there says nothing.
+                if rule.path[5:].split("/", 1)[0] not in dev_files:
+                    return verdict(backend, subj, ENFORCED, rule.span)
+                return None  # mounted over the sandbox's own entry
+            if missing or (own_net and own_net_absent(rule.path)):
+                # Not in the sandbox's procfs: this kernel has no such file, or it is a
+                # device of the host's network namespace, which the sandbox's has not.
                 return verdict(backend, subj, ENFORCED, rule.span)
             return None  # mounted over the sandbox's own
         why = ("sbxc gives every sandbox its own /proc" if under_own == "/proc"

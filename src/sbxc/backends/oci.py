@@ -129,7 +129,12 @@ def filesystem(plan: Plan):
         parent_access = parent.access if parent is not None else None
         cache_rule = rule.origin == "cache"  # made by the runtime before runc starts
         missing = rule.kind == KIND_MISSING and not cache_rule
-        done = settled(NAME, rule, subj, parent_access, missing, DEV_FILES)
+        if rule.access == MASK and p in ("/proc", "/dev"):
+            # runc needs its own: it reads /proc/self/fd and /dev/null while it sets up.
+            verdicts.append(verdict(NAME, subj, NOT_ENFORCEABLE, rule.span,
+                                    f"runc cannot start a container without {p}; mask the paths in it instead"))
+            continue
+        done = settled(NAME, rule, subj, parent_access, missing, DEV_FILES, plan.network.mode != NET_ON)
         if done is not None:
             verdicts.append(done)
             continue

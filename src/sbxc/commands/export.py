@@ -23,6 +23,7 @@ import os
 import sys
 
 from ..compiler.plan import BUILTIN_SPAN, KIND_DIR, KIND_MISSING, MASK, NET_OFF, NET_ON, READ, TMPFS, WRITE, is_within
+from ..backends.mountrules import own_net_absent
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
 from . import _args, _help
 from ._output import write_file
@@ -78,18 +79,17 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
         role[rule.path] = what
 
     def holder(path: str):
-        """The deepest mount made so far strictly above ``path`` (rules come parents first)."""
-        best = None
-        for m in mounts:
-            at = m["mountPath"]
-            if at != path and is_within(path, at) and (best is None or len(at) > len(best)):
-                best = at
-        return best
+        """The deepest mount made so far strictly above ``path`` (rules come parents first):
+        a walk up the path's folders, not over every mount (a policy may hold thousands)."""
+        for q in _parents(path):
+            if q in role:
+                return q
+        return None
 
-    def cover(rule) -> None:
+    def cover(rule, folder=None) -> None:
         """An empty read-only volume over ``rule.path``: a folder, or the empty ConfigMap key."""
         nonlocal need_empty_file
-        if rule.kind == KIND_DIR:
+        if (rule.kind == KIND_DIR) if folder is None else folder:
             vol(rule, {"emptyDir": {"sizeLimit": "1Mi"}}, True, "mask")
         else:
             need_empty_file = True
@@ -104,22 +104,39 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
         under = holder(p)
         inside = role.get(under, "")
         if any(is_within(p, own) for own in ("/proc", "/dev")):
+            entry = p[5:].split("/", 1)[0] if p.startswith("/dev/") else ""
             if rule.access != MASK:
                 verdicts.append(verdict(TARGET, subj, NARROWED, rule.span,
                                         "the container runtime gives the Pod its own /proc and /dev"))
-            elif rule.kind == KIND_MISSING or (is_within(p, "/dev") and p != "/dev"
-                                               and p[5:].split("/", 1)[0] not in oci.DEV_FILES):
+            elif p in ("/proc", "/dev"):
+                verdicts.append(verdict(TARGET, subj, NOT_ENFORCEABLE, rule.span,
+                                        f"the container runtime cannot start a container without {p}; mask the "
+                                        "paths in it instead"))
+            elif (entry and entry not in oci.DEV_FILES) or (not entry and (rule.kind == KIND_MISSING
+                                                                         or own_net_absent(p))):
+                # The Pod's /dev is the runtime's (what this host has there says nothing), and
+                # its network namespace its own (no device of this host's in /proc/sys/net).
                 verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
                                         "not there: the runtime's own /proc or /dev has no such entry"))
-            elif is_within(p, "/proc"):
+            elif not entry:
                 verdicts.append(verdict(TARGET, subj, NOT_ENFORCEABLE, rule.span,
                                         "a Pod cannot mount over its runtime's /proc, and the file is there in it "
                                         "(maskedPaths is the runtime's, not the Pod's)"))
             else:
-                cover(rule)
+                cover(rule, folder=entry in ("shm", "pts", "mqueue") if rule.kind == KIND_MISSING else None)
                 verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
                                         "an empty read-only volume covers the runtime's own"))
             continue
+        if inside == "claim-ro" and rule.access == WRITE:
+            # Writable again inside a read-only part of the project: the same claim path,
+            # mounted writable (the kubelet makes a missing subPath, so no mount point is
+            # needed in the read-only part, which is the same volume).
+            vol(rule, {}, False, "claim", sub_path=p[len(plan.project):].lstrip("/"), name_=claim[0])
+            verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
+                                    f"a writable mount of the same path of the volume claim {name}-project"))
+            continue
+        if inside == "claim-ro" and rule.access in (MASK, TMPFS) and rule.kind == KIND_DIR:
+            points.setdefault(under, []).append(p)  # its mount point, in the read-only claim path
         if inside in ("mask", "file"):
             # Below a masked folder: the Pod shows an empty read-only folder there, so the
             # path is not there and cannot be made. A volume is mounted only where the
@@ -323,12 +340,11 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
             "command": ["mkdir", "-p", "--", *sorted(q for at in made for q in points[at])],
             "securityContext": {k: (dict(v, drop=list(v["drop"])) if k == "capabilities" else v)
                                 for k, v in container["securityContext"].items()},
-            "volumeMounts": [{"name": m["name"], "mountPath": m["mountPath"], "readOnly": False}
-                             for m in mounts if m["mountPath"] in points],
+            "volumeMounts": [dict(m, readOnly=False) for m in mounts if m["mountPath"] in points],
         })
         verdicts.append(verdict(TARGET, "mount points", ENFORCED, BUILTIN_SPAN,
                                 "an init container (mkdir from the image) makes the mount points of the volumes "
-                                f"inside the masked {', '.join(made)} before the command's container starts"))
+                                f"inside the read-only {', '.join(made)} before the command's container starts"))
     pod_spec = {
         "restartPolicy": "Never",
         # No API credentials and no service variables: the command gets nothing of the
