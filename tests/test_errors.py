@@ -128,3 +128,13 @@ def test_every_code_is_documented():
     doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "policy.md"), encoding="utf-8").read()
     missing = [c for c in CODES if c not in doc]
     assert not missing, f"codes missing from docs/policy.md: {missing}"
+
+
+def test_bwrap_failure_passes_over_a_cut_off_line():
+    """bwrap's message cut after its prefix names nothing: the line before it is the cause."""
+    from sbxc.runtime.errors import bwrap_failure
+
+    cause, _fix = bwrap_failure("bwrap: Unable to set up system call filtering as requested\nbwrap: ")
+    assert "Unable to set up system call filtering" in cause, cause
+    cause, _fix = bwrap_failure("bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n")
+    assert "Can't mount proc" in cause, cause  # the control: a whole line is taken as it is

@@ -175,19 +175,35 @@ def test_volumes_inside_a_read_only_part_of_the_project(root):
 
 def test_dev_and_proc_entries_are_the_runtimes_own(root):
     """The Pod's /dev is the runtime's: an entry it makes is covered even where this host
-    lacks it (/dev/mqueue here), and /dev or /proc as a whole cannot be masked (the
-    runtime needs them). A per-device sysctl of this host's network is not in the Pod's
-    own network namespace."""
+    lacks it (/dev/mqueue here), a missing path below an entry needs nothing, and /dev or
+    /proc as a whole cannot be masked (the runtime needs them). A device sysctl of this
+    host's network cannot be carried either: a Pod's own network has devices of its own,
+    an eth0 as likely as not."""
     extra = {"/proc": ("dir", 0, 0o555), "/proc/sys/net/ipv4/conf/eth0": ("dir", 0, 0o555),
              "/dev": ("dir", 0, 0o755)}
-    code, docs, err = export(root, BASE + "filesystem:\n  - mask /dev/mqueue /proc/sys/net/ipv4/conf/eth0\n",
-                             extra=extra)
+    code, docs, err = export(root, BASE + "filesystem:\n  - mask /dev/mqueue /dev/shm/none\n", extra=extra)
     assert code == 0, err
     m = mounts(docs)
-    assert m["/dev/mqueue"]["readOnly"] is True
+    assert m["/dev/mqueue"]["readOnly"] is True and "/dev/shm/none" not in m
     vols = {v["name"]: v for v in pod(docs)["volumes"]}
     assert "emptyDir" in vols[m["/dev/mqueue"]["name"]]
-    assert "mask /proc/sys/net/ipv4/conf/eth0: enforced: not there" in err, err
+    assert "mask /dev/shm/none: enforced: not there" in err, err
+    code, docs, err = export(root, BASE + "filesystem:\n  - mask /proc/sys/net/ipv4/conf/eth0\n", extra=extra)
+    assert code == 1 and "mask /proc/sys/net/ipv4/conf/eth0: not enforceable" in err, err
     for whole in ("/dev", "/proc"):
         code, docs, err = export(root, BASE + f"filesystem:\n  - mask {whole}\n", extra=extra)
         assert code == 1 and f"mask {whole}: not enforceable" in err, err
+
+
+def test_a_masked_file_inside_a_read_only_part_of_the_project(root):
+    """Its mount point must be a file in the read-only claim path: an init container makes
+    it empty where the claim lacks it (an existing one is left as it is)."""
+    proj = os.path.join(root, "proj")
+    code, docs, err = export(root, BASE + "filesystem:\n  - read {project}/docs\n  - mask {project}/docs/f.txt\n",
+                             "file proj/docs/f.txt\n")
+    assert code == 0, err
+    m = mounts(docs)
+    assert m[proj + "/docs/f.txt"]["subPath"] == "empty"
+    (init,) = pod(docs)["initContainers"]
+    assert init["name"] == "sbxc-mount-files" and init["command"][-1] == proj + "/docs/f.txt", init
+    assert init["volumeMounts"] == [dict(m[proj + "/docs"], readOnly=False)]

@@ -247,13 +247,30 @@ def test_a_command_runc_cannot_exec_exits_as_in_a_shell(runc, sbxc, network):
         with open(os.path.join(proj, name), "w") as f:
             f.write(text)
         os.chmod(os.path.join(proj, name), 0o755)
+    # A link to a visible sh, inside the masked folder: hidden too, as the kernel walks it.
+    os.symlink("/bin/sh", os.path.join(proj, "hid", "shlink"))
+    with open(os.path.join(proj, "inner"), "w") as f:
+        f.write("#!/nonexistent/interpreter\n")
+    os.chmod(os.path.join(proj, "inner"), 0o755)
+    more = {"hidlink": f"#!{proj}/hid/shlink\necho hidlink\n", "nested": f"#!{proj}/inner\necho nested\n",
+            "nul": "#!/bin/sh\0junk\necho nul\n", "long": "#!/" + "a" * 300 + "\necho long-name\n"}
+    for name, text in more.items():
+        with open(os.path.join(proj, name), "w") as f:
+            f.write(text)
+        os.chmod(os.path.join(proj, name), 0o755)
     masked = policy + "filesystem:\n  - mask {project}/hid\n"
     for name, code, words in (("dos", 127, "command not found"), ("nx", 126, "cannot execute"),
-                              ("idr", 126, "cannot execute"), ("hidden", 127, "command not found")):
+                              ("idr", 126, "cannot execute"), ("hidden", 127, "command not found"),
+                              ("hidlink", 127, "command not found"), ("nested", 127, "command not found")):
         r = sbxc(masked, f"./{name}")
         assert (r.rc, r.err) == (code, f"sbxc: ./{name}: {words}\n"), r
     r = sbxc(masked, "./empty")
     assert (r.rc, r.out) == (0, "empty-shebang\n"), r
+    # A NUL ends the name (the kernel reads /bin/sh); a name past the kernel's 256 bytes is
+    # no #! line at all (ENOEXEC), and execvp runs the file under sh: both run, as on bwrap.
+    for name, out in (("nul", "nul\n"), ("long", "long-name\n")):
+        r = sbxc(masked, f"./{name}")
+        assert (r.rc, r.out) == (0, out), r
     r = sbxc(policy, "./hidden")  # the control: not masked, the same interpreter runs it
     assert (r.rc, r.out) == (0, "hidden\n"), r
     fifo = os.path.join(proj, "fifo")

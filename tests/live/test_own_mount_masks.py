@@ -116,3 +116,22 @@ def test_runc_cannot_mask_its_own_proc_or_dev_whole(whole, sbxc):
     assert r.rc == 1 and f"oci: mask {whole}: not enforceable" in r.out, r
     r = sbxc(open(pol).read(), "/bin/echo", "ran", args=("--backend", "bwrap"))
     assert (r.rc, r.out) == (0, "ran\n"), r
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "oci"])
+def test_a_mask_of_a_missing_path_below_a_dev_entry_needs_nothing(backend, sbxc, request):
+    """Below an entry of the sandbox's own /dev, what this host lacks the sandbox lacks too:
+    nothing is mounted (bwrap could not make /dev/pts/0 and refused every run; under
+    /dev/shm the mount point would have made the path appear). The control: /dev/shm
+    itself, an entry of the sandbox's /dev, is still masked."""
+    runc_for(request)
+    for path in ("/dev/pts/0", "/dev/shm/sbxc-nofile"):
+        assert not os.path.exists(path) or path == "/dev/pts/0" and not os.path.exists(path)
+    pol = (f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork: false\nfilesystem:\n"
+           "  - mask /dev/pts/0 /dev/shm/sbxc-nofile\n")
+    probe = "ls -d /dev/pts/0 /dev/shm/sbxc-nofile 2>/dev/null; touch /dev/shm/x && echo SHM-WRITTEN; echo done"
+    r = sbxc(pol, "/bin/sh", "-c", probe)
+    assert r.rc == 0 and r.out.endswith("done\n") and "/dev/" not in r.out.replace("SHM-WRITTEN", ""), r
+    assert "SHM-WRITTEN" in r.out, r  # /dev/shm itself stays the sandbox's, writable
+    r = sbxc(pol.replace("/dev/shm/sbxc-nofile", "/dev/shm"), "/bin/sh", "-c", probe)
+    assert r.rc == 0 and "SHM-WRITTEN" not in r.out, r

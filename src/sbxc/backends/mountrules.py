@@ -43,8 +43,10 @@ def settled(backend: str, rule, subj: str, parent_access: Optional[str], missing
     if under_own is not None:
         if rule.access == MASK:
             if under_own == "/dev" and rule.path != "/dev":
-                # The sandbox's /dev is its own: what the host has there says nothing.
-                if rule.path[5:].split("/", 1)[0] not in dev_files:
+                # The sandbox's /dev is its own: what the host has there says nothing of its
+                # entries, and below one what is missing here is missing there too.
+                entry, _, below = rule.path[5:].partition("/")
+                if entry not in dev_files or (below and missing):
                     return verdict(backend, subj, ENFORCED, rule.span)
                 return None  # mounted over the sandbox's own entry
             if missing or (own_net and own_net_absent(rule.path)):

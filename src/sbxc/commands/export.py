@@ -23,7 +23,6 @@ import os
 import sys
 
 from ..compiler.plan import BUILTIN_SPAN, KIND_DIR, KIND_MISSING, MASK, NET_OFF, NET_ON, READ, TMPFS, WRITE, is_within
-from ..backends.mountrules import own_net_absent
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
 from . import _args, _help
 from ._output import write_file
@@ -95,7 +94,8 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
             need_empty_file = True
             vol(rule, {"configMap": {"name": f"{name}-empty"}}, True, "file", sub_path="empty")
 
-    points: dict[str, list] = {}  # a masked folder's mountPath -> the mount points to make in it
+    points: dict[str, list] = {}  # a read-only mount's mountPath -> the folders to make in it as mount points
+    file_points: dict[str, list] = {}  # the same for files (a masked file)
 
     for rule in plan.fs:
         subj = _subject(rule, plan)
@@ -112,10 +112,11 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
                 verdicts.append(verdict(TARGET, subj, NOT_ENFORCEABLE, rule.span,
                                         f"the container runtime cannot start a container without {p}; mask the "
                                         "paths in it instead"))
-            elif (entry and entry not in oci.DEV_FILES) or (not entry and (rule.kind == KIND_MISSING
-                                                                         or own_net_absent(p))):
-                # The Pod's /dev is the runtime's (what this host has there says nothing), and
-                # its network namespace its own (no device of this host's in /proc/sys/net).
+            elif (entry and (entry not in oci.DEV_FILES or ("/" in p[5:] and rule.kind == KIND_MISSING))) \
+                    or (not entry and rule.kind == KIND_MISSING):
+                # The Pod's /dev is the runtime's: what this host has there says nothing of
+                # its entries. (A Pod's network devices are the plugin's, often an eth0 too:
+                # this host's device sysctls may well be there, so they are not passed over.)
                 verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
                                         "not there: the runtime's own /proc or /dev has no such entry"))
             elif not entry:
@@ -137,6 +138,8 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
             continue
         if inside == "claim-ro" and rule.access in (MASK, TMPFS) and rule.kind == KIND_DIR:
             points.setdefault(under, []).append(p)  # its mount point, in the read-only claim path
+        elif inside == "claim-ro" and rule.access == MASK and rule.kind != KIND_MISSING:
+            file_points.setdefault(under, []).append(p)  # a file's mount point, the same way
         if inside in ("mask", "file"):
             # Below a masked folder: the Pod shows an empty read-only folder there, so the
             # path is not there and cannot be made. A volume is mounted only where the
@@ -327,6 +330,8 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
     if command:
         container["command"] = list(command)
     init = []
+    restricted = {k: (dict(v, drop=list(v["drop"])) if k == "capabilities" else v)
+                  for k, v in container["securityContext"].items()}
     if points:
         # A masked folder is a read-only emptyDir, and the runtime cannot make the mount
         # point of a deeper volume (the project under a hidden home, the cache under its
@@ -338,13 +343,27 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
             "name": "sbxc-mount-points",
             "image": image,
             "command": ["mkdir", "-p", "--", *sorted(q for at in made for q in points[at])],
-            "securityContext": {k: (dict(v, drop=list(v["drop"])) if k == "capabilities" else v)
-                                for k, v in container["securityContext"].items()},
+            "securityContext": dict(restricted),
             "volumeMounts": [dict(m, readOnly=False) for m in mounts if m["mountPath"] in points],
         })
         verdicts.append(verdict(TARGET, "mount points", ENFORCED, BUILTIN_SPAN,
                                 "an init container (mkdir from the image) makes the mount points of the volumes "
                                 f"inside the read-only {', '.join(made)} before the command's container starts"))
+    if file_points:
+        # A file's mount point must be a file: made empty where the claim lacks it (an
+        # existing file is left as it is, its times too), by the image's sh.
+        made = sorted(file_points)
+        init.append({
+            "name": "sbxc-mount-files",
+            "image": image,
+            "command": ["sh", "-c", 'for f; do [ -e "$f" ] || : > "$f"; done', "sh",
+                        *sorted(q for at in made for q in file_points[at])],
+            "securityContext": dict(restricted),
+            "volumeMounts": [dict(m, readOnly=False) for m in mounts if m["mountPath"] in file_points],
+        })
+        verdicts.append(verdict(TARGET, "file mount points", ENFORCED, BUILTIN_SPAN,
+                                "an init container (sh from the image) makes the masked files' mount points inside "
+                                f"the read-only {', '.join(made)} where the claim lacks them"))
     pod_spec = {
         "restartPolicy": "Never",
         # No API credentials and no service variables: the command gets nothing of the

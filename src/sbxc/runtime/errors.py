@@ -145,7 +145,8 @@ BWRAP_FAILURES: tuple[tuple[str, str, str], ...] = (
 def bwrap_failure(stderr_text: str) -> tuple[str, str]:
     """(cause, fix) for bwrap failing before the command ran; ``stderr_text`` is its stderr."""
     lines = [ln for ln in stderr_text.splitlines() if ln.strip()]
-    own = [ln for ln in lines if ln.startswith("bwrap: ")] or lines
+    # A bare "bwrap: " (a message whose text was cut off) names nothing.
+    own = [ln for ln in lines if ln.startswith("bwrap: ") and ln[7:].strip()] or lines
     msg = own[-1] if own else ""
     for needle, cause, fix in BWRAP_FAILURES:
         if needle in msg:

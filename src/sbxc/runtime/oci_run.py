@@ -156,25 +156,94 @@ def _binfmt_misc() -> bool:
     return any(n not in ("register", "status") for n in names)
 
 
-def _interpreter(path: str, cwd: str, checks) -> int:
-    """0 when the kernel can open ``path`` as a program's interpreter inside the sandbox, else
-    the shell's status for why not: 127 when it is missing (here, or hidden by the plan: a
-    mask, no rule, inside a tmpfs), 126 when it is no regular file with execute permission."""
+def _shown(path: str, checks) -> str:
+    """``path`` resolved as the sandbox shows it: the real path, or '' when it or a link met
+    on the way lies where the plan shows nothing (a mask, no rule, inside a tmpfs) or is
+    missing. Each component is looked at where it lies, as the kernel walks it."""
     from .staleness import deepest_check
 
+    parts = [p for p in path.split("/") if p and p != "."]
+    cur, links = "", 0
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            cur = cur.rpartition("/")[0]
+            continue
+        cand = cur + "/" + part
+        check = deepest_check(checks, cand)
+        access = check[2] if check is not None else "none"
+        if access in ("none", "mask") or (access == "tmpfs" and check[0] != cand):
+            # Not shown, unless a rule lies below it: then it is there as the folder that
+            # holds that rule's mount point.
+            below = cand + "/"
+            if not any(isinstance(c, (list, tuple)) and c and isinstance(c[0], str) and c[0].startswith(below)
+                       for c in checks):
+                return ""
+        try:
+            target = os.readlink(cand)
+        except OSError:
+            if not os.path.lexists(cand):
+                return ""
+            cur = cand
+            continue
+        links += 1
+        if links > 40:
+            return ""
+        if target.startswith("/"):
+            cur = ""
+        parts = [p for p in target.split("/") if p and p != "."] + parts
+    return cur or "/"
+
+
+def _interpreter(path: str, cwd: str, checks, depth: int = 0) -> int:
+    """0 when the kernel can open ``path`` as a program's interpreter inside the sandbox, else
+    the shell's status for why not: 127 when it is missing (here, or hidden by the plan on
+    the way to it), 126 when it is no regular file with execute permission. An interpreter
+    that is itself a ``#!`` script is followed, as the kernel follows it (4 levels)."""
     if not path.startswith("/"):
-        path = cwd.rstrip("/") + "/" + path  # the kernel opens it from the command's folder
+        path = cwd.rstrip("/") + "/" + path  # relative: from the process's working folder
+    real = _shown(path, checks)
+    if not real:
+        return 127
     try:
-        st = os.stat(path)
+        st = os.stat(real)
     except OSError:
         return 127
-    check = deepest_check(checks, os.path.realpath(path))
-    access = check[2] if check is not None else "none"
-    if access in ("none", "mask") or (access == "tmpfs" and check[0] != os.path.realpath(path)):
-        return 127
-    if st.st_mode & 0o170000 != 0o100000 or not os.access(path, os.X_OK):
+    if st.st_mode & 0o170000 != 0o100000 or not os.access(real, os.X_OK):
         return 126
+    if depth >= 4:
+        return 0
+    try:
+        with open(real, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return 0
+    inner = _script_interpreter(head)
+    if inner:
+        return _interpreter(inner, cwd, checks, depth + 1)
+    if head.startswith(b"\x7fELF"):
+        try:
+            with open(real, "rb") as f:
+                inner = _elf_interpreter(head, f.fileno())
+        except OSError:
+            inner = ""
+        if inner:
+            return _interpreter(inner, cwd, checks, depth + 1)
     return 0
+
+
+def _script_interpreter(head: bytes):
+    """The interpreter a ``#!`` line names, read as the kernel reads it: the first line,
+    ended at a NUL too, blanks (spaces and tabs) around; a CR stays part of the name. ''
+    when the line names none, or when the name runs past the kernel's 256 bytes (ENOEXEC:
+    execvp then hands the file to sh); None when ``head`` has no ``#!``."""
+    if not head.startswith(b"#!"):
+        return None
+    line = head[2:].split(b"\n", 1)[0].split(b"\0", 1)[0].replace(b"\t", b" ").lstrip(b" ")
+    name = line.split(b" ", 1)[0]
+    if b"\n" not in head and b"\0" not in head and name == line:
+        return ""  # cut off by the kernel's buffer
+    return os.fsdecode(name)
 
 
 def program(cmd: list, env: dict, cwd: str, checks=()) -> list:
@@ -222,10 +291,9 @@ def program(cmd: list, env: dict, cwd: str, checks=()) -> list:
         return args  # execute-only: nothing to read, the kernel decides
     try:
         head = os.pread(f, 256, 0)
-        interp = ""
+        interp = _script_interpreter(head) or ""
         if head.startswith(b"#!"):
-            line = head[2:].split(b"\n", 1)[0].replace(b"\t", b" ").strip(b" ")
-            interp = os.fsdecode(line.split(b" ", 1)[0])
+            pass
         elif head.startswith(b"\x7fELF"):
             want = _machine()
             if len(head) < 64 or (want and head[4:6] + head[18:20] != want):

@@ -401,6 +401,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
         first = b""
         status = None
         scan = None
+        open_line = False  # what was relayed to stderr ended in the middle of a line
         if not pid:
             # The exec failed (_spawn): no child, nothing to relay; the report says why.
             if interpose:
@@ -423,6 +424,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
                         started = True
                         for h in held:
                             _write_all(2, h)
+                            open_line = not h.endswith(b"\n")
                         held = []
                     else:
                         held.append(chunk)
@@ -430,6 +432,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
                 if len(first) < 256:
                     first += chunk[: 256 - len(first)]
                 _write_all(2, chunk)
+                open_line = not chunk.endswith(b"\n")
                 if scan is not None:
                     scan.feed(chunk)
             master[0] = -1
@@ -465,7 +468,8 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
         if spec.setup_failed is not None:
             refusal = spec.setup_failed(rc, early.decode("utf-8", "replace"))
             if refusal is not None:
-                sys.stderr.write(refusal.line() + "\n")
+                # sbxc's line on a line of its own, also after output cut mid-line
+                sys.stderr.write(("\n" if open_line else "") + refusal.line() + "\n")
                 return REFUSED
         if early:
             _write_all(2, early)  # the runner judged it the command's own output
