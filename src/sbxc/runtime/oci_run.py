@@ -156,14 +156,14 @@ def _binfmt_misc() -> bool:
     return any(n not in ("register", "status") for n in names)
 
 
-def _shown(path: str, checks) -> str:
+def _shown(path: str, checks, links=()) -> str:
     """``path`` resolved as the sandbox shows it: the real path, or '' when it or a link met
     on the way lies where the plan shows nothing (a mask, no rule, inside a tmpfs) or is
     missing. Each component is looked at where it lies, as the kernel walks it."""
     from .staleness import deepest_check
 
     parts = [p for p in path.split("/") if p and p != "."]
-    cur, links = "", 0
+    cur, hops = "", 0
     while parts:
         part = parts.pop(0)
         if part == "..":
@@ -172,9 +172,10 @@ def _shown(path: str, checks) -> str:
         cand = cur + "/" + part
         check = deepest_check(checks, cand)
         access = check[2] if check is not None else "none"
-        if access in ("none", "mask") or (access == "tmpfs" and check[0] != cand):
-            # Not shown, unless a rule lies below it: then it is there as the folder that
-            # holds that rule's mount point.
+        if (access in ("none", "mask") or (access == "tmpfs" and check[0] != cand)) and cand not in links:
+            # Not shown, unless a rule lies below it (then it is there as the folder that
+            # holds that rule's mount point) or it is a link the runner makes in the rootfs
+            # (with this host's target: the plan's ``links``, /bin -> usr/bin).
             below = cand + "/"
             if not any(isinstance(c, (list, tuple)) and c and isinstance(c[0], str) and c[0].startswith(below)
                        for c in checks):
@@ -186,8 +187,8 @@ def _shown(path: str, checks) -> str:
                 return ""
             cur = cand
             continue
-        links += 1
-        if links > 40:
+        hops += 1
+        if hops > 40:
             return ""
         if target.startswith("/"):
             cur = ""
@@ -195,14 +196,14 @@ def _shown(path: str, checks) -> str:
     return cur or "/"
 
 
-def _interpreter(path: str, cwd: str, checks, depth: int = 0) -> int:
+def _interpreter(path: str, cwd: str, checks, depth: int = 0, links=()) -> int:
     """0 when the kernel can open ``path`` as a program's interpreter inside the sandbox, else
     the shell's status for why not: 127 when it is missing (here, or hidden by the plan on
     the way to it), 126 when it is no regular file with execute permission. An interpreter
     that is itself a ``#!`` script is followed, as the kernel follows it (4 levels)."""
     if not path.startswith("/"):
         path = cwd.rstrip("/") + "/" + path  # relative: from the process's working folder
-    real = _shown(path, checks)
+    real = _shown(path, checks, links)
     if not real:
         return 127
     try:
@@ -220,7 +221,7 @@ def _interpreter(path: str, cwd: str, checks, depth: int = 0) -> int:
         return 0
     inner = _script_interpreter(head)
     if inner:
-        return _interpreter(inner, cwd, checks, depth + 1)
+        return _interpreter(inner, cwd, checks, depth + 1, links)
     if head.startswith(b"\x7fELF"):
         try:
             with open(real, "rb") as f:
@@ -228,7 +229,7 @@ def _interpreter(path: str, cwd: str, checks, depth: int = 0) -> int:
         except OSError:
             inner = ""
         if inner:
-            return _interpreter(inner, cwd, checks, depth + 1)
+            return _interpreter(inner, cwd, checks, depth + 1, links)
     return 0
 
 
@@ -246,7 +247,7 @@ def _script_interpreter(head: bytes):
     return os.fsdecode(name)
 
 
-def program(cmd: list, env: dict, cwd: str, checks=()) -> list:
+def program(cmd: list, env: dict, cwd: str, checks=(), links=()) -> list:
     """The command's argv for runc, or NotStartable (126/127) when the file it names cannot
     be executed: checked here, on the host, before the container exists.
 
@@ -302,7 +303,7 @@ def program(cmd: list, env: dict, cwd: str, checks=()) -> list:
             if not interp:
                 return args  # static
         if interp:
-            code = _interpreter(interp, cwd, checks)
+            code = _interpreter(interp, cwd, checks, links=links)
             if code:
                 raise NotStartable(code, name)
         elif not _binfmt_misc():
@@ -823,7 +824,8 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     if access in ("none", "mask") or (access == "tmpfs" and where != cwd):
         raise Refusal(f"the current folder {cwd} is not in the sandbox (policy: {access})",
                       "run sbxc from a folder the policy shows, e.g. the project")
-    cmd = program(cmd, env, cwd, (planfile.get("runtime") or {}).get("checks") or ())  # 126/127 first, as a shell
+    made = {ln[0] for ln in low.get("links") or () if isinstance(ln, (list, tuple)) and ln and isinstance(ln[0], str)}
+    cmd = program(cmd, env, cwd, (planfile.get("runtime") or {}).get("checks") or (), made)  # 126/127 first, as a shell
 
     # The bundle: in the plans folder's own ``runs`` folder (layout.RUNS_SUBDIR: reaping
     # stale ones lists it on every run, and the plans folder holds hundreds of entries),
