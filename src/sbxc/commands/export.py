@@ -330,8 +330,15 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
     if command:
         container["command"] = list(command)
     init = []
-    restricted = {k: (dict(v, drop=list(v["drop"])) if k == "capabilities" else v)
-                  for k, v in container["securityContext"].items()}
+
+    def maker(cname: str, argv: list, where: dict) -> dict:
+        """An init container as restricted as the command's that runs ``argv`` on the paths
+        of ``where`` (a read-only mount's path -> paths in it), with those mounts writable."""
+        return {"name": cname, "image": image, "command": argv + sorted(q for at in where for q in where[at]),
+                "securityContext": {k: (dict(v, drop=list(v["drop"])) if k == "capabilities" else v)
+                                    for k, v in container["securityContext"].items()},
+                "volumeMounts": [dict(m, readOnly=False) for m in mounts if m["mountPath"] in where]}
+
     if points:
         # A masked folder is a read-only emptyDir, and the runtime cannot make the mount
         # point of a deeper volume (the project under a hidden home, the cache under its
@@ -339,13 +346,7 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
         # container, as restricted as the command's, mounts those folders writable first
         # and makes the mount points; the command's container gets them read-only.
         made = sorted(points)
-        init.append({
-            "name": "sbxc-mount-points",
-            "image": image,
-            "command": ["mkdir", "-p", "--", *sorted(q for at in made for q in points[at])],
-            "securityContext": dict(restricted),
-            "volumeMounts": [dict(m, readOnly=False) for m in mounts if m["mountPath"] in points],
-        })
+        init.append(maker("sbxc-mount-points", ["mkdir", "-p", "--"], points))
         verdicts.append(verdict(TARGET, "mount points", ENFORCED, BUILTIN_SPAN,
                                 "an init container (mkdir from the image) makes the mount points of the volumes "
                                 f"inside the read-only {', '.join(made)} before the command's container starts"))
@@ -353,14 +354,8 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
         # A file's mount point must be a file: made empty where the claim lacks it (an
         # existing file is left as it is, its times too), by the image's sh.
         made = sorted(file_points)
-        init.append({
-            "name": "sbxc-mount-files",
-            "image": image,
-            "command": ["sh", "-c", 'for f; do [ -e "$f" ] || : > "$f"; done', "sh",
-                        *sorted(q for at in made for q in file_points[at])],
-            "securityContext": dict(restricted),
-            "volumeMounts": [dict(m, readOnly=False) for m in mounts if m["mountPath"] in file_points],
-        })
+        init.append(maker("sbxc-mount-files", ["sh", "-c", 'for f; do [ -e "$f" ] || : > "$f"; done', "sh"],
+                          file_points))
         verdicts.append(verdict(TARGET, "file mount points", ENFORCED, BUILTIN_SPAN,
                                 "an init container (sh from the image) makes the masked files' mount points inside "
                                 f"the read-only {', '.join(made)} where the claim lacks them"))

@@ -159,7 +159,9 @@ def _binfmt_misc() -> bool:
 def _shown(path: str, checks, links=()) -> str:
     """``path`` resolved as the sandbox shows it: the real path, or '' when it or a link met
     on the way lies where the plan shows nothing (a mask, no rule, inside a tmpfs) or is
-    missing. Each component is looked at where it lies, as the kernel walks it."""
+    missing. Each component is looked at where it lies, as the kernel walks it. (Not
+    ``sbxc.linkwalk``, which judges the same links: it imports ``os`` and ``posixpath``,
+    which a cached run otherwise never loads.)"""
     from .staleness import deepest_check
 
     parts = [p for p in path.split("/") if p and p != "."]
@@ -215,22 +217,30 @@ def _interpreter(path: str, cwd: str, checks, depth: int = 0, links=()) -> int:
     if depth >= 4:
         return 0
     try:
-        with open(real, "rb") as f:
-            head = f.read(256)
+        f = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
-        return 0
-    inner = _script_interpreter(head)
-    if inner:
-        return _interpreter(inner, cwd, checks, depth + 1, links)
+        return 0  # execute-only: the kernel decides
+    try:
+        _code, inner = _format(os.pread(f, 256, 0), f)
+    finally:
+        os.close(f)
+    return _interpreter(inner, cwd, checks, depth + 1, links) if inner else 0
+
+
+def _format(head: bytes, f: int):
+    """What the kernel makes of a program whose first bytes are ``head`` (open as ``f``):
+    (126, '') an ELF cut short or for another machine; (0, NAME) the ``#!`` or ELF
+    interpreter to open ('' for a static ELF); (None, '') no format it runs (ENOEXEC, a
+    ``#!`` naming nothing included)."""
+    if head.startswith(b"#!"):
+        name = _script_interpreter(head)
+        return (0, name) if name else (None, "")
     if head.startswith(b"\x7fELF"):
-        try:
-            with open(real, "rb") as f:
-                inner = _elf_interpreter(head, f.fileno())
-        except OSError:
-            inner = ""
-        if inner:
-            return _interpreter(inner, cwd, checks, depth + 1, links)
-    return 0
+        want = _machine()
+        if len(head) < 64 or (want and head[4:6] + head[18:20] != want):
+            return 126, ""
+        return 0, _elf_interpreter(head, f)
+    return None, ""
 
 
 def _script_interpreter(head: bytes):
@@ -291,22 +301,14 @@ def program(cmd: list, env: dict, cwd: str, checks=(), links=()) -> list:
     except OSError:
         return args  # execute-only: nothing to read, the kernel decides
     try:
-        head = os.pread(f, 256, 0)
-        interp = _script_interpreter(head) or ""
-        if head.startswith(b"#!"):
-            pass
-        elif head.startswith(b"\x7fELF"):
-            want = _machine()
-            if len(head) < 64 or (want and head[4:6] + head[18:20] != want):
-                raise NotStartable(126, name)  # cut short, or for another machine: ENOEXEC
-            interp = _elf_interpreter(head, f)
-            if not interp:
-                return args  # static
+        code, interp = _format(os.pread(f, 256, 0), f)
+        if code:
+            raise NotStartable(code, name)  # cut short, or for another machine: ENOEXEC
         if interp:
             code = _interpreter(interp, cwd, checks, links=links)
             if code:
                 raise NotStartable(code, name)
-        elif not _binfmt_misc():
+        elif code is None and not _binfmt_misc():
             # Not a format the kernel runs (a script without #!, or a #! naming nothing):
             # execvp hands it to sh. Where binfmt_misc has handlers, the kernel may run it:
             # runc execs it as it is.
