@@ -185,3 +185,63 @@ def test_recheck_paths_folders_checked_once_still_see_every_link(tmp_path):
     assert "on the way to" in e.value.cause and 'rule sandbox.policy.yaml:6:9 "write {project}/b/sub"' in e.value.cause
     # control: resolved one by one, as realpath does, the answer is the same
     assert os.path.realpath(bad[0]) != bad[0] and os.path.realpath(ok[0]) == ok[0]
+
+
+def _gated_spec(tmp_path, closed):
+    """A child that waits for one line on a pipe (its release) and then writes a marker;
+    ``release(False)`` closes the pipe instead, and the child ends without writing."""
+    from sbxc.runtime.spec import LaunchSpec
+
+    r, w = os.pipe()
+    marker = tmp_path / "ran"
+
+    def release(go=True):
+        if go:
+            os.write(w, b"go\n")
+        os.close(w)
+        closed.append(w)
+        return True
+
+    def cleanup():
+        os.close(r)
+        closed.append(r)
+
+    child = ("import os, sys\n"
+             "if os.read(int(sys.argv[1]), 3) == b'go\\n':\n"
+             "    open(sys.argv[2], 'w').write('ran\\n')\n")
+    spec = LaunchSpec([sys.executable, "-I", "-S", "-c", child, str(r), str(marker)], {"PATH": "/usr/bin:/bin"},
+                      pass_fds=[r], release=release, cleanups=[cleanup])
+    return spec, marker
+
+
+def test_started_child_abandoned_ends_unreleased_and_leaves_nothing(tmp_path):
+    """``supervise.start`` then ``abandon``: the child never got its release (no marker),
+    it was reaped, the signal dispositions are back and no descriptor is left open.
+    Control: the same spec handed on to ``run`` is released and writes its marker."""
+    import signal
+
+    fds = set(os.listdir("/proc/self/fd"))
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)}
+    closed = []
+    spec, marker = _gated_spec(tmp_path, closed)
+    started = supervise.start(spec)
+    assert signal.getsignal(signal.SIGTERM) is not handlers[signal.SIGTERM]  # held while it waits
+    started.abandon()
+    assert not marker.exists()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+    assert set(os.listdir("/proc/self/fd")) == fds
+    started.abandon()  # a second time: nothing
+
+    spec, marker = _gated_spec(tmp_path, closed)
+    assert supervise.run(spec, False, started=supervise.start(spec)) == 0
+    assert marker.read_text() == "ran\n"
+    assert set(os.listdir("/proc/self/fd")) == fds
+
+
+def test_start_needs_a_release():
+    from sbxc.runtime.spec import LaunchSpec
+
+    with pytest.raises(ValueError):
+        supervise.start(LaunchSpec(["/bin/true"], {}))

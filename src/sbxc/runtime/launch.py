@@ -183,93 +183,115 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
         except ImportError:
             raise Refusal(f"the {backend} runtime is not part of this sbxc", "use another backend (sbxc doctor)") from None
 
-        from .cachedir import prepare as prepare_cache
+        from .planstore import plans_dir
 
-        cache = prepare_cache(rt.get("cache") or {}, project=rt.get("project", ""))
+        plans = plans_dir()
+        started = early = None
+        start_early = getattr(runner, "start_early", None)
+        if start_early is not None and workspace is None:
+            # The runner's child is started now and waits for its release: its own start
+            # overlaps the cache, the environment and the rest of the preparation.
+            early = start_early(pf, environ, plans, os.geteuid() == 0)
+            if early is not None:
+                from .supervise import start
+
+                try:
+                    started = start(early.spec, state)
+                except BaseException:
+                    early.cleanup()
+                    raise
         try:
-            env = build_env(rt, environ, cache.env)
-            from .probe import find_command
+            from .cachedir import prepare as prepare_cache
 
-            if "/" not in cmd[0] and not find_command(cmd[0], env):
-                settle()  # the PATH came from the plan
-                sys.stderr.write(f"sbxc: {one_line(cmd[0], 200)}: command not found\n")
-                return 127
-            from .planstore import plans_dir
-            from .supervise import run
-
-            proxy = None
+            cache = prepare_cache(rt.get("cache") or {}, project=rt.get("project", ""))
             try:
-                if "proxy" in rt:  # host rules: only then is the proxy imported
-                    from .proxy_run import start_proxy
+                env = build_env(rt, environ, cache.env)
+                from .probe import find_command
 
-                    proxy = start_proxy(rt, backend, env)
-                ctx = Context(project=rt.get("project", ""), cwd=cwd, uid=os.getuid(), is_root=os.geteuid() == 0,
-                              network=rt.get("network", "on"), cache=cache, plans_dir=plans_dir(),
-                              warn=lambda line: sys.stderr.write(one_line(line) + "\n"), environ=environ, host=now,
-                              proxy=proxy, workspace=workspace)
-                spec = runner.prepare(pf, list(cmd), env, ctx)
-            except BaseException:
-                if proxy is not None:
-                    proxy.finish(cwd)
-                raise
-            record = [None]
-            watched = [watch]
+                if "/" not in cmd[0] and not find_command(cmd[0], env):
+                    settle()  # the PATH came from the plan
+                    sys.stderr.write(f"sbxc: {one_line(cmd[0], 200)}: command not found\n")
+                    return 127
+                from .supervise import run
 
-            def last_checks():
-                # Called by the core before anything of the command can run; on bwrap
-                # while bwrap sets the sandbox up (the command waits for the release,
-                # see spec.LaunchSpec). First: the code sbxc runs from must be out of
-                # the command's reach. Then a record, in the plans folder, that a run
-                # which can write these folders is in progress. Only the completed
-                # post-run checks remove it; whatever stops them (sbxc killed, its
-                # limits lowered by the command, a bug) leaves it, and later runs refuse
-                # what this one could write.
-                settle()  # first: a plan that no longer holds would make every later step moot
-                from . import hint, journal, runwarn  # noqa: F401 (hint and runwarn: for after the run)
-                from .owncode import check as check_own_code
+                proxy = None
+                try:
+                    if "proxy" in rt:  # host rules: only then is the proxy imported
+                        from .proxy_run import start_proxy
 
-                check_own_code(rt.get("checks", ()), cache.dir)
-                if cache.warning:
-                    sys.stderr.write(cache.warning + "\n")
-                if callable(watch):
-                    watched[0] = watch()  # the policy files as they are before the command
-                roots = journal.writable_roots(pf, cache.real_dir) + ([workspace.path] if workspace is not None else [])
-                record[0] = journal.begin(roots)
+                        proxy = start_proxy(rt, backend, env)
+                    ctx = Context(project=rt.get("project", ""), cwd=cwd, uid=os.getuid(), is_root=os.geteuid() == 0,
+                                  network=rt.get("network", "on"), cache=cache, plans_dir=plans,
+                                  warn=lambda line: sys.stderr.write(one_line(line) + "\n"), environ=environ, host=now,
+                                  proxy=proxy, workspace=workspace)
+                    spec = runner.prepare(pf, list(cmd), env, ctx, early=early) if early is not None else \
+                        runner.prepare(pf, list(cmd), env, ctx)
+                except BaseException:
+                    if proxy is not None:
+                        proxy.finish(cwd)
+                    raise
+                record = [None]
+                watched = [watch]
 
-            # The hint is for a network that is off: `network: false`, or per-port rules
-            # on bwrap and OCI (narrowed to no network). Under Landlock the listed ports stay open.
-            net_off = ctx.network == "off" or (ctx.network == "rules" and backend in ("bwrap", "oci"))
-            import gc
+                def last_checks():
+                    # Called by the core before anything of the command can run; on bwrap
+                    # while bwrap sets the sandbox up (the command waits for the release,
+                    # see spec.LaunchSpec). First: the code sbxc runs from must be out of
+                    # the command's reach. Then a record, in the plans folder, that a run
+                    # which can write these folders is in progress. Only the completed
+                    # post-run checks remove it; whatever stops them (sbxc killed, its
+                    # limits lowered by the command, a bug) leaves it, and later runs refuse
+                    # what this one could write.
+                    settle()  # first: a plan that no longer holds would make every later step moot
+                    from . import hint, journal, runwarn  # noqa: F401 (hint and runwarn: for after the run)
+                    from .owncode import check as check_own_code
 
-            # Off since start-up (``sbxc exec`` leaves it off there); the run may last hours
-            # with sbxc's own threads (the proxy) allocating all along.
-            gc.enable()
-            feedback = Feedback(net_off, backend == "landlock", rt.get("checks"), pf, cwd)
-            try:
-                status = run(spec, net_off, state, feedback, before_release=last_checks)
-            except BaseException:
-                if record[0] is not None and not state.started:
-                    from . import journal
+                    check_own_code(rt.get("checks", ()), cache.dir)
+                    if cache.warning:
+                        sys.stderr.write(cache.warning + "\n")
+                    if callable(watch):
+                        watched[0] = watch()  # the policy files as they are before the command
+                    roots = journal.writable_roots(pf, cache.real_dir) + ([workspace.path] if workspace is not None else [])
+                    record[0] = journal.begin(roots)
 
-                    journal.abandon(record[0])  # the child was ended before the release
-                raise
+                # The hint is for a network that is off: `network: false`, or per-port rules
+                # on bwrap and OCI (narrowed to no network). Under Landlock the listed ports stay open.
+                net_off = ctx.network == "off" or (ctx.network == "rules" and backend in ("bwrap", "oci"))
+                import gc
+
+                # Off since start-up (``sbxc exec`` leaves it off there); the run may last hours
+                # with sbxc's own threads (the proxy) allocating all along.
+                gc.enable()
+                feedback = Feedback(net_off, backend == "landlock", rt.get("checks"), pf, cwd)
+                try:
+                    status = run(spec, net_off, state, feedback, before_release=last_checks, started=started)
+                    started = None  # run took it (and ended it)
+                except BaseException:
+                    if record[0] is not None and not state.started:
+                        from . import journal
+
+                        journal.abandon(record[0])  # the child was ended before the release
+                    raise
+                finally:
+                    if proxy is not None:
+                        proxy.finish(cwd)  # the refused hosts, one line each, after the command's output
+                state.status = status
+                import time
+
+                # The sandbox's processes are gone (bwrap's PID namespace died with it; on
+                # Landlock the reaper and after_exit ended them, checked again below).
+                end = time.time_ns()
+                # Only now: every process of the sandbox is gone (a later write would escape the
+                # comparison). Keep this after any post-exit clean-up of the sandbox's processes.
+                if record[0] is None:
+                    return status  # the last checks never ran (bwrap could not be started): nothing of the command did
+                after_run(watched[0], record[0], status, end)
+                return status
             finally:
-                if proxy is not None:
-                    proxy.finish(cwd)  # the refused hosts, one line each, after the command's output
-            state.status = status
-            import time
-
-            # The sandbox's processes are gone (bwrap's PID namespace died with it; on
-            # Landlock the reaper and after_exit ended them, checked again below).
-            end = time.time_ns()
-            # Only now: every process of the sandbox is gone (a later write would escape the
-            # comparison). Keep this after any post-exit clean-up of the sandbox's processes.
-            if record[0] is None:
-                return status  # the last checks never ran (bwrap could not be started): nothing of the command did
-            after_run(watched[0], record[0], status, end)
-            return status
+                cache.cleanup()
         finally:
-            cache.cleanup()
+            if started is not None:
+                started.abandon()  # refused or failed before the run: ended unreleased, cleaned up
     except Refusal as r:
         if state.started:
             raise  # exec_main words it: the command ran
