@@ -187,7 +187,7 @@ def test_recheck_paths_folders_checked_once_still_see_every_link(tmp_path):
     assert os.path.realpath(bad[0]) != bad[0] and os.path.realpath(ok[0]) == ok[0]
 
 
-def _gated_spec(tmp_path, closed):
+def _gated_spec(tmp_path, closed, pids=None):
     """A child that waits for one line on a pipe (its release) and then writes a marker;
     ``release(False)`` closes the pipe instead, and the child ends without writing."""
     from sbxc.runtime.spec import LaunchSpec
@@ -210,7 +210,8 @@ def _gated_spec(tmp_path, closed):
              "if os.read(int(sys.argv[1]), 3) == b'go\\n':\n"
              "    open(sys.argv[2], 'w').write('ran\\n')\n")
     spec = LaunchSpec([sys.executable, "-I", "-S", "-c", child, str(r), str(marker)], {"PATH": "/usr/bin:/bin"},
-                      pass_fds=[r], release=release, cleanups=[cleanup])
+                      pass_fds=[r], release=release, cleanups=[cleanup],
+                      spawned=(pids.append if pids is not None else None))
     return spec, marker
 
 
@@ -222,14 +223,15 @@ def test_started_child_abandoned_ends_unreleased_and_leaves_nothing(tmp_path):
 
     fds = set(os.listdir("/proc/self/fd"))
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)}
-    closed = []
-    spec, marker = _gated_spec(tmp_path, closed)
+    closed, pids = [], []
+    spec, marker = _gated_spec(tmp_path, closed, pids)
     started = supervise.start(spec)
+    assert len(pids) == 1 and pids[0] > 0
     assert signal.getsignal(signal.SIGTERM) is not handlers[signal.SIGTERM]  # held while it waits
     started.abandon()
     assert not marker.exists()
     with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)
+        os.waitpid(pids[0], os.WNOHANG)  # reaped
     assert {s: signal.getsignal(s) for s in handlers} == handlers
     assert set(os.listdir("/proc/self/fd")) == fds
     started.abandon()  # a second time: nothing

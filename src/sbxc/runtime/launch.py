@@ -99,6 +99,39 @@ def run_exec(policy, plan, backend, network, cmd: list, environ, cwd: str, compi
     (handed in by the ``exec`` command: the runtime never imports the compiler)."""
     from .planstore import policy_watch
 
+    # With --backend oci runc is started before the plan is even read (its own start
+    # overlaps the plan's loading too), for a plan that fits it (oci_run.fits: no host
+    # rules, no host network that needs an abstract-socket scope); launch abandons it
+    # otherwise and starts runc anew for the plan.
+    early = None
+    if backend == "oci" and network != "on":
+        early = _start_early(__import__(RUNNERS["oci"], fromlist=["start_early"]), None, environ, state)
+    try:
+        return _run_exec(policy, plan, backend, network, cmd, environ, cwd, compile, state, policy_watch, early)
+    finally:
+        if early is not None:
+            early[1].abandon()  # a no-op once the run took it
+
+
+def _start_early(runner, pf, environ, state):
+    """(the runner's early object, ``supervise.Started``): the runner's child started now
+    (its ``start_early``, spec.py), or None when it has none for this plan (``pf`` None:
+    not read yet)."""
+    from .planstore import plans_dir
+
+    early = runner.start_early(pf, environ, plans_dir(), os.geteuid() == 0)
+    if early is None:
+        return None
+    from .supervise import start
+
+    try:
+        return early, start(early.spec, state)
+    except BaseException:
+        early.cleanup()
+        raise
+
+
+def _run_exec(policy, plan, backend, network, cmd, environ, cwd, compile, state, policy_watch, early) -> int:
     now = HostNow(environ)
     later = []
     pf = load_plan(policy, plan, backend, network, now, cwd, compile, later)
@@ -112,7 +145,7 @@ def run_exec(policy, plan, backend, network, cmd: list, environ, cwd: str, compi
     sources = pf.get("sources") if plan is None else ()
     try:
         return launch(pf, cmd, environ, cwd, watch=lambda: policy_watch(sources, cwd),
-                      paths_checked=plan is None, state=state, now=now, later=later)
+                      paths_checked=plan is None, state=state, now=now, later=later, early=early)
     except PlanOutdated:
         # The cached plan was made by other compiler code (found by its last checks;
         # nothing of the command ran): compiled anew, with every check made up front.
@@ -134,7 +167,7 @@ def after_start_line(what: str, state) -> str:
 
 
 def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool = False, state=None,
-           now=None, workspace=None, later=()) -> int:
+           now=None, workspace=None, later=(), early=None) -> int:
     """Run ``cmd`` under the loaded plan file ``pf``; 125 on any refusal. ``watch``: (policy
     file, state) pairs to check for changes once the command has ended (``policy_watch``).
     ``paths_checked``: the plan's paths were just re-checked (the plan cache does that
@@ -145,7 +178,10 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
     run's ``staleness.HostNow`` (the facts the plan cache already read). ``workspace``: a
     ``spec.Workspace`` when the run is a session's (``runtime/session_exec``). ``later``:
     checks of the plan itself deferred to the run's last checks (``plancache``); one may
-    raise ``PlanOutdated``, which goes on to the caller after the sandbox was ended."""
+    raise ``PlanOutdated``, which goes on to the caller after the sandbox was ended.
+    ``early``: None, or (runner's early object, ``supervise.Started``): the runner's child,
+    started before the plan was read (``run_exec``); used when it fits the plan, else
+    abandoned here (the caller abandons it too, a no-op once taken)."""
     state = state if state is not None else RunState()
     now = now if now is not None else HostNow(environ)
     pending = list(later)
@@ -186,20 +222,14 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
         from .planstore import plans_dir
 
         plans = plans_dir()
-        started = early = None
-        start_early = getattr(runner, "start_early", None)
-        if start_early is not None and workspace is None:
+        early, started = early if early is not None else (None, None)
+        if started is not None and (workspace is not None or not getattr(runner, "fits", lambda *_: False)(early, pf)):
+            started.abandon()  # started for another kind of plan: never released, made nothing
+            early = started = None
+        if started is None and workspace is None and getattr(runner, "start_early", None) is not None:
             # The runner's child is started now and waits for its release: its own start
             # overlaps the cache, the environment and the rest of the preparation.
-            early = start_early(pf, environ, plans, os.geteuid() == 0)
-            if early is not None:
-                from .supervise import start
-
-                try:
-                    started = start(early.spec, state)
-                except BaseException:
-                    early.cleanup()
-                    raise
+            early, started = _start_early(runner, pf, environ, state) or (None, None)
         try:
             from .cachedir import prepare as prepare_cache
 

@@ -801,11 +801,11 @@ class Early:
     LaunchSpec for its `runc run`, made before the command's environment is known
     (``start_early``); ``prepare`` completes the spec."""
 
-    __slots__ = ("spec", "bundle", "runc", "rootless", "own", "made_links", "gate", "log_r", "log_w", "text",
+    __slots__ = ("spec", "planned", "bundle", "runc", "rootless", "own", "made_links", "gate", "log_r", "log_w", "text",
                  "cleanup", "watcher", "pid_file", "cid")
 
 
-def start_early(planfile: dict, environ, plans_dir: str, is_root: bool):
+def start_early(planfile, environ, plans_dir: str, is_root: bool):
     """The run's `runc run` as far as it can be made from the plan alone: the runc
     program, the bundle folder with the gate as its ``config.json``, and runc's command
     line, so that the core can start runc (``supervise.start``) at once. runc's own
@@ -813,19 +813,37 @@ def start_early(planfile: dict, environ, plans_dir: str, is_root: bool):
     run's preparation, and it still reads nothing before the release: a run refused in
     between ends with runc killed or reading end of file, having made nothing. None for
     host rules (`runc create` and `runc start`, made whole by ``prepare``). Refusal as
-    ``prepare`` refuses."""
-    if (planfile.get("runtime") or {}).get("network", "on") == "hosts":
+    ``prepare`` refuses.
+
+    ``planfile`` None: before the plan is even read (``--backend oci`` on the command
+    line), for a plan that ``fits`` it; the caller abandons it for one that does not."""
+    if planfile is not None and (planfile.get("runtime") or {}).get("network", "on") == "hosts":
         return None
     return _begin(planfile, environ, plans_dir, is_root)
 
 
-def _begin(planfile: dict, environ, plans_dir: str, is_root: bool) -> Early:
+def fits(early: Early, planfile: dict) -> bool:
+    """Whether the runc ``start_early`` started without a plan can run ``planfile``: not
+    with host rules (another kind of run), nor with the host's network where runc must
+    be started inside an abstract-socket scope (``bwrap_scope``), which only a start
+    from the plan sets up."""
+    from .bwrap_scope import ABI_SCOPES
+
+    net = (planfile.get("runtime") or {}).get("network", "on")
+    if net == "hosts" or early.spec is None or early.spec.child_setup is not None:
+        return False
+    return net != "on" or int((planfile.get("host") or {}).get("landlock_abi") or 0) < ABI_SCOPES
+
+
+def _begin(planfile, environ, plans_dir: str, is_root: bool) -> Early:
     from .probe import host_program
 
-    low = planfile.get("lowered") or {}
-    net = (planfile.get("runtime") or {}).get("network", "on")
-    if low.get("network", net) != net:
-        raise Refusal("the plan's OCI config and its network setting disagree", "recompile the plan")
+    net = None
+    if planfile is not None:
+        low = planfile.get("lowered") or {}
+        net = (planfile.get("runtime") or {}).get("network", "on")
+        if low.get("network", net) != net:
+            raise Refusal("the plan's OCI config and its network setting disagree", "recompile the plan")
     found, why = host_program("runc", environ)
     if not found:
         raise Refusal(f"no runc that sbxc may start: {why}" if why else
@@ -852,6 +870,7 @@ def _begin(planfile: dict, environ, plans_dir: str, is_root: bool) -> Early:
                       "check that sbxc's plans folder is writable") from None
     r = Early()
     r.bundle, r.runc, r.spec, r.gate, r.text = bundle, found, None, None, [None]
+    r.planned = planfile is not None
     r.rootless = [] if is_root else ["--rootless", "true"]
     r.own = []         # what the run makes in its bundle besides config.json and runc's own
     r.made_links = []  # the rootfs's links, then the folders made for them
@@ -951,6 +970,7 @@ def _begin(planfile: dict, environ, plans_dir: str, is_root: bool) -> Early:
         from .bwrap_scope import child_setup
 
         setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))
+
     def spawned(pid: int) -> None:
         gate.pid = pid  # what a release refused kills
 
@@ -978,8 +998,11 @@ def _complete(r: Early, planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec
 
     low = planfile.get("lowered") or {}
     net = (planfile.get("runtime") or {}).get("network", "on")
-    if net != ctx.network:
+    if net != ctx.network or low.get("network", net) != net:
         raise Refusal("the plan's OCI config and its network setting disagree", "recompile the plan")
+    if not r.planned and not fits(r, planfile):
+        # The core abandons such a start (launch); never run a plan under a runc set up for another.
+        raise Refusal("the run's runc was started for another kind of plan", "please report this")
     sh, why = host_program("sh", ctx.environ)  # the watcher's (oci_watch)
     if not sh:
         raise Refusal(f"no sh that sbxc may start for the run's watcher: {why}" if why else
