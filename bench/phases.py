@@ -62,8 +62,7 @@ ex.exec_entry(sys.argv[2:])  # sys.argv: -c, "exec", ...
 
 # The OCI runner's own steps (not ``dumps``: it calls itself, and each call would be timed).
 OCI_EXTRA = """[(m, n) for m, n in [(__import__("sbxc.runtime.oci_run", fromlist=["x"]), n) for n in
-    ("_config", "make_run_dir", "_shared_parts", "start_early")]] + [(__import__("sbxc.runtime.supervise",
-    fromlist=["x"]), "start")] + [(__import__("sbxc.runtime.oci_watch", fromlist=["x"]).Watcher, n)
+    ("_config", "make_run_dir", "_shared_parts")]] + [(__import__("sbxc.runtime.oci_watch", fromlist=["x"]).Watcher, n)
     for n in ("start", "finish")] + [(__import__("sbxc.runtime.oci_gate", fromlist=["x"]).Gate, "release"),
     (__import__("sbxc.runtime.probe", fromlist=["x"]), "host_program")]"""
 

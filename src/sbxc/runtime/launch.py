@@ -99,39 +99,6 @@ def run_exec(policy, plan, backend, network, cmd: list, environ, cwd: str, compi
     (handed in by the ``exec`` command: the runtime never imports the compiler)."""
     from .planstore import policy_watch
 
-    # With --backend oci runc is started before the plan is even read (its own start
-    # overlaps the plan's loading too), for a plan that fits it (oci_run.fits: no host
-    # rules, no host network that needs an abstract-socket scope); launch abandons it
-    # otherwise and starts runc anew for the plan.
-    early = None
-    if backend == "oci" and network != "on":
-        early = _start_early(__import__(RUNNERS["oci"], fromlist=["start_early"]), None, environ, state)
-    try:
-        return _run_exec(policy, plan, backend, network, cmd, environ, cwd, compile, state, policy_watch, early)
-    finally:
-        if early is not None:
-            early[1].abandon()  # a no-op once the run took it
-
-
-def _start_early(runner, pf, environ, state):
-    """(the runner's early object, ``supervise.Started``): the runner's child started now
-    (its ``start_early``, spec.py), or None when it has none for this plan (``pf`` None:
-    not read yet)."""
-    from .planstore import plans_dir
-
-    early = runner.start_early(pf, environ, plans_dir(), os.geteuid() == 0)
-    if early is None:
-        return None
-    from .supervise import start
-
-    try:
-        return early, start(early.spec, state)
-    except BaseException:
-        early.cleanup()
-        raise
-
-
-def _run_exec(policy, plan, backend, network, cmd, environ, cwd, compile, state, policy_watch, early) -> int:
     now = HostNow(environ)
     later = []
     pf = load_plan(policy, plan, backend, network, now, cwd, compile, later)
@@ -145,7 +112,7 @@ def _run_exec(policy, plan, backend, network, cmd, environ, cwd, compile, state,
     sources = pf.get("sources") if plan is None else ()
     try:
         return launch(pf, cmd, environ, cwd, watch=lambda: policy_watch(sources, cwd),
-                      paths_checked=plan is None, state=state, now=now, later=later, early=early)
+                      paths_checked=plan is None, state=state, now=now, later=later)
     except PlanOutdated:
         # The cached plan was made by other compiler code (found by its last checks;
         # nothing of the command ran): compiled anew, with every check made up front.
@@ -167,7 +134,7 @@ def after_start_line(what: str, state) -> str:
 
 
 def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool = False, state=None,
-           now=None, workspace=None, later=(), early=None) -> int:
+           now=None, workspace=None, later=()) -> int:
     """Run ``cmd`` under the loaded plan file ``pf``; 125 on any refusal. ``watch``: (policy
     file, state) pairs to check for changes once the command has ended (``policy_watch``).
     ``paths_checked``: the plan's paths were just re-checked (the plan cache does that
@@ -178,10 +145,7 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
     run's ``staleness.HostNow`` (the facts the plan cache already read). ``workspace``: a
     ``spec.Workspace`` when the run is a session's (``runtime/session_exec``). ``later``:
     checks of the plan itself deferred to the run's last checks (``plancache``); one may
-    raise ``PlanOutdated``, which goes on to the caller after the sandbox was ended.
-    ``early``: None, or (runner's early object, ``supervise.Started``): the runner's child,
-    started before the plan was read (``run_exec``); used when it fits the plan, else
-    abandoned here (the caller abandons it too, a no-op once taken)."""
+    raise ``PlanOutdated``, which goes on to the caller after the sandbox was ended."""
     state = state if state is not None else RunState()
     now = now if now is not None else HostNow(environ)
     pending = list(later)
@@ -219,109 +183,93 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
         except ImportError:
             raise Refusal(f"the {backend} runtime is not part of this sbxc", "use another backend (sbxc doctor)") from None
 
-        from .planstore import plans_dir
+        from .cachedir import prepare as prepare_cache
 
-        plans = plans_dir()
-        early, started = early if early is not None else (None, None)
-        if started is not None and (workspace is not None or not getattr(runner, "fits", lambda *_: False)(early, pf)):
-            started.abandon()  # started for another kind of plan: never released, made nothing
-            early = started = None
-        if started is None and workspace is None and getattr(runner, "start_early", None) is not None:
-            # The runner's child is started now and waits for its release: its own start
-            # overlaps the cache, the environment and the rest of the preparation.
-            early, started = _start_early(runner, pf, environ, state) or (None, None)
+        cache = prepare_cache(rt.get("cache") or {}, project=rt.get("project", ""))
         try:
-            from .cachedir import prepare as prepare_cache
+            env = build_env(rt, environ, cache.env)
+            from .probe import find_command
 
-            cache = prepare_cache(rt.get("cache") or {}, project=rt.get("project", ""))
+            if "/" not in cmd[0] and not find_command(cmd[0], env):
+                settle()  # the PATH came from the plan
+                sys.stderr.write(f"sbxc: {one_line(cmd[0], 200)}: command not found\n")
+                return 127
+            from .planstore import plans_dir
+            from .supervise import run
+
+            proxy = None
             try:
-                env = build_env(rt, environ, cache.env)
-                from .probe import find_command
+                if "proxy" in rt:  # host rules: only then is the proxy imported
+                    from .proxy_run import start_proxy
 
-                if "/" not in cmd[0] and not find_command(cmd[0], env):
-                    settle()  # the PATH came from the plan
-                    sys.stderr.write(f"sbxc: {one_line(cmd[0], 200)}: command not found\n")
-                    return 127
-                from .supervise import run
+                    proxy = start_proxy(rt, backend, env)
+                ctx = Context(project=rt.get("project", ""), cwd=cwd, uid=os.getuid(), is_root=os.geteuid() == 0,
+                              network=rt.get("network", "on"), cache=cache, plans_dir=plans_dir(),
+                              warn=lambda line: sys.stderr.write(one_line(line) + "\n"), environ=environ, host=now,
+                              proxy=proxy, workspace=workspace)
+                spec = runner.prepare(pf, list(cmd), env, ctx)
+            except BaseException:
+                if proxy is not None:
+                    proxy.finish(cwd)
+                raise
+            record = [None]
+            watched = [watch]
 
-                proxy = None
-                try:
-                    if "proxy" in rt:  # host rules: only then is the proxy imported
-                        from .proxy_run import start_proxy
+            def last_checks():
+                # Called by the core before anything of the command can run; on bwrap
+                # while bwrap sets the sandbox up (the command waits for the release,
+                # see spec.LaunchSpec). First: the code sbxc runs from must be out of
+                # the command's reach. Then a record, in the plans folder, that a run
+                # which can write these folders is in progress. Only the completed
+                # post-run checks remove it; whatever stops them (sbxc killed, its
+                # limits lowered by the command, a bug) leaves it, and later runs refuse
+                # what this one could write.
+                settle()  # first: a plan that no longer holds would make every later step moot
+                from . import hint, journal, runwarn  # noqa: F401 (hint and runwarn: for after the run)
+                from .owncode import check as check_own_code
 
-                        proxy = start_proxy(rt, backend, env)
-                    ctx = Context(project=rt.get("project", ""), cwd=cwd, uid=os.getuid(), is_root=os.geteuid() == 0,
-                                  network=rt.get("network", "on"), cache=cache, plans_dir=plans,
-                                  warn=lambda line: sys.stderr.write(one_line(line) + "\n"), environ=environ, host=now,
-                                  proxy=proxy, workspace=workspace)
-                    spec = runner.prepare(pf, list(cmd), env, ctx, early=early) if early is not None else \
-                        runner.prepare(pf, list(cmd), env, ctx)
-                except BaseException:
-                    if proxy is not None:
-                        proxy.finish(cwd)
-                    raise
-                record = [None]
-                watched = [watch]
+                check_own_code(rt.get("checks", ()), cache.dir)
+                if cache.warning:
+                    sys.stderr.write(cache.warning + "\n")
+                if callable(watch):
+                    watched[0] = watch()  # the policy files as they are before the command
+                roots = journal.writable_roots(pf, cache.real_dir) + ([workspace.path] if workspace is not None else [])
+                record[0] = journal.begin(roots)
 
-                def last_checks():
-                    # Called by the core before anything of the command can run; on bwrap
-                    # while bwrap sets the sandbox up (the command waits for the release,
-                    # see spec.LaunchSpec). First: the code sbxc runs from must be out of
-                    # the command's reach. Then a record, in the plans folder, that a run
-                    # which can write these folders is in progress. Only the completed
-                    # post-run checks remove it; whatever stops them (sbxc killed, its
-                    # limits lowered by the command, a bug) leaves it, and later runs refuse
-                    # what this one could write.
-                    settle()  # first: a plan that no longer holds would make every later step moot
-                    from . import hint, journal, runwarn  # noqa: F401 (hint and runwarn: for after the run)
-                    from .owncode import check as check_own_code
+            # The hint is for a network that is off: `network: false`, or per-port rules
+            # on bwrap and OCI (narrowed to no network). Under Landlock the listed ports stay open.
+            net_off = ctx.network == "off" or (ctx.network == "rules" and backend in ("bwrap", "oci"))
+            import gc
 
-                    check_own_code(rt.get("checks", ()), cache.dir)
-                    if cache.warning:
-                        sys.stderr.write(cache.warning + "\n")
-                    if callable(watch):
-                        watched[0] = watch()  # the policy files as they are before the command
-                    roots = journal.writable_roots(pf, cache.real_dir) + ([workspace.path] if workspace is not None else [])
-                    record[0] = journal.begin(roots)
+            # Off since start-up (``sbxc exec`` leaves it off there); the run may last hours
+            # with sbxc's own threads (the proxy) allocating all along.
+            gc.enable()
+            feedback = Feedback(net_off, backend == "landlock", rt.get("checks"), pf, cwd)
+            try:
+                status = run(spec, net_off, state, feedback, before_release=last_checks)
+            except BaseException:
+                if record[0] is not None and not state.started:
+                    from . import journal
 
-                # The hint is for a network that is off: `network: false`, or per-port rules
-                # on bwrap and OCI (narrowed to no network). Under Landlock the listed ports stay open.
-                net_off = ctx.network == "off" or (ctx.network == "rules" and backend in ("bwrap", "oci"))
-                import gc
-
-                # Off since start-up (``sbxc exec`` leaves it off there); the run may last hours
-                # with sbxc's own threads (the proxy) allocating all along.
-                gc.enable()
-                feedback = Feedback(net_off, backend == "landlock", rt.get("checks"), pf, cwd)
-                try:
-                    status = run(spec, net_off, state, feedback, before_release=last_checks, started=started)
-                    started = None  # run took it (and ended it)
-                except BaseException:
-                    if record[0] is not None and not state.started:
-                        from . import journal
-
-                        journal.abandon(record[0])  # the child was ended before the release
-                    raise
-                finally:
-                    if proxy is not None:
-                        proxy.finish(cwd)  # the refused hosts, one line each, after the command's output
-                state.status = status
-                import time
-
-                # The sandbox's processes are gone (bwrap's PID namespace died with it; on
-                # Landlock the reaper and after_exit ended them, checked again below).
-                end = time.time_ns()
-                # Only now: every process of the sandbox is gone (a later write would escape the
-                # comparison). Keep this after any post-exit clean-up of the sandbox's processes.
-                if record[0] is None:
-                    return status  # the last checks never ran (bwrap could not be started): nothing of the command did
-                after_run(watched[0], record[0], status, end)
-                return status
+                    journal.abandon(record[0])  # the child was ended before the release
+                raise
             finally:
-                cache.cleanup()
+                if proxy is not None:
+                    proxy.finish(cwd)  # the refused hosts, one line each, after the command's output
+            state.status = status
+            import time
+
+            # The sandbox's processes are gone (bwrap's PID namespace died with it; on
+            # Landlock the reaper and after_exit ended them, checked again below).
+            end = time.time_ns()
+            # Only now: every process of the sandbox is gone (a later write would escape the
+            # comparison). Keep this after any post-exit clean-up of the sandbox's processes.
+            if record[0] is None:
+                return status  # the last checks never ran (bwrap could not be started): nothing of the command did
+            after_run(watched[0], record[0], status, end)
+            return status
         finally:
-            if started is not None:
-                started.abandon()  # refused or failed before the run: ended unreleased, cleaned up
+            cache.cleanup()
     except Refusal as r:
         if state.started:
             raise  # exec_main words it: the command ran

@@ -11,9 +11,8 @@ this relies on (runc 1.1, Linux 6.x; tests/live/test_oci_gate.py checks them):
   its read waits for the bytes. Both ends stay open until the run is over: without a
   writer a later open for reading would block, and without any open end the bytes
   written but not read yet would be dropped.
-- Nothing written (sbxc refused the run): runc is killed and the writing end closed (so a
-  runc whose pid is not known yet reads end of file); it cannot have made anything yet,
-  since it has not read its config. sbxc killed before writing: its ends close, runc
+- Nothing written (sbxc refused the run): runc is killed; it cannot have made anything
+  yet, since it has not read its config. sbxc killed before writing: its ends close, runc
   reads end of file, fails to decode ("unexpected EOF") and exits 1 having made
   nothing. A part of the text is never a valid config (the closing brace is the last
   byte), so a write cut short fails the same way.
@@ -33,7 +32,7 @@ _WRITE_TIMEOUT = 10.0
 
 class Gate:
     """The FIFO ``path`` (``config.json`` of a fresh bundle) with both ends held (``r``,
-    ``w``: the runner's ``close`` once the run is over). ``pid`` (runc's, set by the
+    ``w``: the runner closes them once the run is over). ``pid`` (runc's, set by the
     runner's ``launched``) is what ``release(False)`` kills."""
 
     def __init__(self, path: str):
@@ -58,7 +57,6 @@ class Gate:
         self.done = True
         if not go:
             self._kill()
-            self._close_writer()  # and, were runc's pid not known yet, it reads end of file
             return False
         data = text_of()
         import fcntl
@@ -96,18 +94,6 @@ class Gate:
             return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
         except ChildProcessError:
             return False
-
-    def _close_writer(self) -> None:
-        w, self.w = self.w, -1
-        if w >= 0:
-            os.close(w)
-
-    def close(self) -> None:
-        """Both ends closed (once the run is over; each once)."""
-        self._close_writer()
-        r, self.r = self.r, -1
-        if r >= 0:
-            os.close(r)
 
     def _kill(self) -> None:
         if self.pid > 0:

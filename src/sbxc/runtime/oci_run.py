@@ -1,8 +1,8 @@
 """Runner for the OCI backend: the plan's ``config.json`` run by runc (runner protocol in
 ``sbxc.runtime.spec``).
 
-``start_early`` (with the plan only) and ``prepare`` make a per-run bundle (``rundirs``:
-locked while the run lasts, reaped when a killed run left it), in the plans folder's ``runs`` folder (``_runs_dir``; a run is refused
+``prepare`` makes a per-run bundle (``rundirs``: locked while the run lasts, reaped when a
+killed run left it), in the plans folder's ``runs`` folder (``_runs_dir``; a run is refused
 without it): ``config.json`` with the run's command, environment and folder, and
 runc's state (the bundle is runc's ``--root``). The empty ``rootfs`` (the plan binds the
 host's folders read-only into it: no image) and the empty file masked files are bound
@@ -796,213 +796,18 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
                       own_pgrp=True, deliver=deliver, launched=launched, release=release)
 
 
-class Early:
-    """A run's bundle folder, its release gate and log pipe, and (``spec``) the core's
-    LaunchSpec for its `runc run`, made before the command's environment is known
-    (``start_early``); ``prepare`` completes the spec."""
-
-    __slots__ = ("spec", "planned", "bundle", "runc", "rootless", "own", "made_links", "gate", "log_r", "log_w", "text",
-                 "cleanup", "watcher", "pid_file", "cid")
-
-
-def start_early(planfile, environ, plans_dir: str, is_root: bool):
-    """The run's `runc run` as far as it can be made from the plan alone: the runc
-    program, the bundle folder with the gate as its ``config.json``, and runc's command
-    line, so that the core can start runc (``supervise.start``) at once. runc's own
-    start (some milliseconds before it opens its config) then overlaps the rest of the
-    run's preparation, and it still reads nothing before the release: a run refused in
-    between ends with runc killed or reading end of file, having made nothing. None for
-    host rules (`runc create` and `runc start`, made whole by ``prepare``). Refusal as
-    ``prepare`` refuses.
-
-    ``planfile`` None: before the plan is even read (``--backend oci`` on the command
-    line), for a plan that ``fits`` it; the caller abandons it for one that does not."""
-    if planfile is not None and (planfile.get("runtime") or {}).get("network", "on") == "hosts":
-        return None
-    return _begin(planfile, environ, plans_dir, is_root)
-
-
-def fits(early: Early, planfile: dict) -> bool:
-    """Whether the runc ``start_early`` started without a plan can run ``planfile``: not
-    with host rules (another kind of run), nor with the host's network where runc must
-    be started inside an abstract-socket scope (``bwrap_scope``), which only a start
-    from the plan sets up."""
-    from .bwrap_scope import ABI_SCOPES
-
-    net = (planfile.get("runtime") or {}).get("network", "on")
-    if net == "hosts" or early.spec is None or early.spec.child_setup is not None:
-        return False
-    return net != "on" or int((planfile.get("host") or {}).get("landlock_abi") or 0) < ABI_SCOPES
-
-
-def _begin(planfile, environ, plans_dir: str, is_root: bool) -> Early:
-    from .probe import host_program
-
-    net = None
-    if planfile is not None:
-        low = planfile.get("lowered") or {}
-        net = (planfile.get("runtime") or {}).get("network", "on")
-        if low.get("network", net) != net:
-            raise Refusal("the plan's OCI config and its network setting disagree", "recompile the plan")
-    found, why = host_program("runc", environ)
-    if not found:
-        raise Refusal(f"no runc that sbxc may start: {why}" if why else
-                      "runc is not installed (not in the system program folders on PATH)", _RUNC_FIX)
-
-    # The bundle: in the plans folder's own ``runs`` folder (layout.RUNS_SUBDIR: reaping
-    # stale ones lists it on every run, and the plans folder holds hundreds of entries),
-    # which no sandbox may write (every OCI and bwrap run gets an empty folder over the
-    # plans folder, Landlock refuses a policy that grants it). So no other run's command
-    # can rewrite this run's config.json before runc reads it, nor runc's state of the
-    # container, which `runc delete` acts on (and runs the hooks a state names). No other
-    # place is as safe (/tmp is written by other sandboxes of the same user): without it
-    # the run is refused. Its own folder is 0700 and locked; stale ones are reaped, their
-    # containers deleted first (rundirs._end_containers).
-    base = _runs_dir(plans_dir)
-    if not base:
-        raise Refusal(f"the OCI backend keeps each run's bundle in sbxc's plans folder, and "
-                      f"{one_line(plans_dir or 'none', 200)} cannot hold it (it must be a folder of yours, not a "
-                      "link, that only you can enter)", "check sbxc's cache root (SBXC_ROOT) and its plans folder")
-    try:
-        bundle, lock_fd = make_run_dir(base, runc=found)
-    except OSError as e:
-        raise Refusal(f"could not make the run's bundle in {one_line(base, 200)} ({e.strerror})",
-                      "check that sbxc's plans folder is writable") from None
-    r = Early()
-    r.bundle, r.runc, r.spec, r.gate, r.text = bundle, found, None, None, [None]
-    r.planned = planfile is not None
-    r.rootless = [] if is_root else ["--rootless", "true"]
-    r.own = []         # what the run makes in its bundle besides config.json and runc's own
-    r.made_links = []  # the rootfs's links, then the folders made for them
-    r.log_r = r.log_w = -1
-    cleaned = [False]
-
-    def cleanup():
-        if cleaned[0]:
-            return  # once: the lock's descriptor number may be another file's by now
-        cleaned[0] = True
-        if r.gate is not None:
-            r.gate.close()
-        for fd in (r.log_r, r.log_w):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        r.log_r = r.log_w = -1
-        for path in r.made_links:
-            try:
-                (os.unlink if os.path.islink(path) else os.rmdir)(path)
-            except OSError:
-                pass
-        # What the run made, by name; runc removed its own state (the folder named by the
-        # container id) when it ended. Anything else left (runc killed, mount points made
-        # in a per-run rootfs): the whole tree, never following a link.
-        try:
-            for name in ["config.json", "pid"] + [n for n in r.own if n == EMPTY_FILE]:
-                try:
-                    os.unlink(bundle + "/" + name)
-                except FileNotFoundError:
-                    pass
-            if "rootfs" in r.own:
-                os.rmdir(bundle + "/rootfs")
-            os.rmdir(bundle)
-        except OSError:
-            from .trees import remove_path
-
-            remove_path(bundle)
-        try:
-            os.close(lock_fd)
-        except OSError:
-            pass
-
-    r.cleanup = cleanup
-    try:
-        if net != "hosts":
-            # The release gate (oci_gate): runc starts at once and waits for its config,
-            # which is written while it starts and sent only once the run's last checks passed.
-            from .oci_gate import Gate
-
-            r.gate = Gate(bundle + "/config.json")
-        r.log_r, r.log_w = os.pipe2(os.O_CLOEXEC)
-        os.set_blocking(r.log_r, False)  # the read end only: runc's writes stay blocking
-    except OSError as e:
-        cleanup()
-        raise Refusal(f"could not write the OCI bundle in {bundle} ({e.strerror})", "check that the folder is writable") from None
-    except BaseException:
-        cleanup()
-        raise
-    r.pid_file = bundle + "/pid"
-    r.cid = container_id(bundle.rpartition("/")[2])
-    # Ends the container if sbxc itself ends without ending the run (oci_watch).
-    r.watcher = Watcher()
-    if net == "hosts":
-        return r
-    gate = r.gate
-    # runc's state root is the bundle itself: runc makes a folder named by the container id
-    # there and removes it when the run ends, so no state folder of sbxc's is needed.
-    argv = [found, "--root", bundle, "--log", f"/proc/self/fd/{r.log_w}", "--log-format", "text", *r.rootless,
-            "run", "--bundle", bundle, "--pid-file", r.pid_file, r.cid]
-
-    def release(go: bool = True) -> bool:
-        if go and r.text[0] is None:
-            go = False  # the config could not be made (``prepare``'s refusal says why)
-        return gate.release(lambda: r.text[0], go)
-
-    def end_watch() -> None:
-        # runc reaped by the core (the run is over) or never started: the watcher stands
-        # down. Still running (the core gave up on it, e.g. an internal error): the
-        # watcher deletes the container instead, before the bundle (its state) goes.
-        alive = False
-        if gate.pid:
-            try:
-                alive = os.waitpid(gate.pid, os.WNOHANG)[0] == 0
-            except ChildProcessError:
-                alive = False
-        r.watcher.finish(stand_down=not alive)
-        if alive:
-            from .supervise import reap_within
-
-            reap_within(gate.pid, 5.0, 0.01)  # runc ends once its container's process is gone
-
-    setup = None
-    if net == "on":
-        from .bwrap_scope import child_setup
-
-        setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))
-
-    def spawned(pid: int) -> None:
-        gate.pid = pid  # what a release refused kills
-
-    r.spec = LaunchSpec(argv, dict(RUNC_ENV), pass_fds=[r.log_w], exec_is_command=False, child_setup=setup,
-                        cleanups=[cleanup, end_watch], own_pgrp=True, release=release, spawned=spawned)
-    return r
-
-
-def prepare(planfile: dict, cmd: list, env: dict, ctx, early=None) -> LaunchSpec:
-    """The LaunchSpec of the run; with ``early`` (``start_early``'s, whose runc the core
-    has started already) that one's, completed. A refusal here leaves ``early`` to the
-    caller, which abandons its started runc (the spec's cleanups remove the bundle)."""
-    r = early if early is not None else _begin(planfile, ctx.environ, ctx.plans_dir, ctx.is_root)
-    try:
-        return _complete(r, planfile, cmd, env, ctx)
-    except BaseException:
-        if early is None:
-            r.cleanup()
-        raise
-
-
-def _complete(r: Early, planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
+def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     from .staleness import deepest_check
     from .probe import host_program
 
     low = planfile.get("lowered") or {}
     net = (planfile.get("runtime") or {}).get("network", "on")
-    if net != ctx.network or low.get("network", net) != net:
+    if low.get("network", net) != net or net != ctx.network:
         raise Refusal("the plan's OCI config and its network setting disagree", "recompile the plan")
-    if not r.planned and not fits(r, planfile):
-        # The core abandons such a start (launch); never run a plan under a runc set up for another.
-        raise Refusal("the run's runc was started for another kind of plan", "please report this")
+    found, why = host_program("runc", ctx.environ)
+    if not found:
+        raise Refusal(f"no runc that sbxc may start: {why}" if why else
+                      "runc is not installed (not in the system program folders on PATH)", _RUNC_FIX)
     sh, why = host_program("sh", ctx.environ)  # the watcher's (oci_watch)
     if not sh:
         raise Refusal(f"no sh that sbxc may start for the run's watcher: {why}" if why else
@@ -1024,41 +829,118 @@ def _complete(r: Early, planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec
     made = {ln[0] for ln in low.get("links") or () if isinstance(ln, (list, tuple)) and ln and isinstance(ln[0], str)}
     cmd = program(cmd, env, cwd, (planfile.get("runtime") or {}).get("checks") or (), made)  # 126/127 first, as a shell
 
-    bundle = r.bundle
+    # The bundle: in the plans folder's own ``runs`` folder (layout.RUNS_SUBDIR: reaping
+    # stale ones lists it on every run, and the plans folder holds hundreds of entries),
+    # which no sandbox may write (every OCI and bwrap run gets an empty folder over the
+    # plans folder, Landlock refuses a policy that grants it). So no other run's command
+    # can rewrite this run's config.json before runc reads it, nor runc's state of the
+    # container, which `runc delete` acts on (and runs the hooks a state names). No other
+    # place is as safe (/tmp is written by other sandboxes of the same user): without it
+    # the run is refused. Its own folder is 0700 and locked; stale ones are reaped, their
+    # containers deleted first (rundirs._end_containers).
+    base = _runs_dir(ctx.plans_dir)
+    if not base:
+        raise Refusal(f"the OCI backend keeps each run's bundle in sbxc's plans folder, and "
+                      f"{one_line(ctx.plans_dir or 'none', 200)} cannot hold it (it must be a folder of yours, not a "
+                      "link, that only you can enter)", "check sbxc's cache root (SBXC_ROOT) and its plans folder")
+    try:
+        bundle, lock_fd = make_run_dir(base, runc=found)
+    except OSError as e:
+        raise Refusal(f"could not make the run's bundle in {one_line(base, 200)} ({e.strerror})",
+                      "check that sbxc's plans folder is writable") from None
     # The parts that are the same for every run (the empty rootfs, the empty file masks
     # bind) stay in the plans folder, so a run writes only its config.json: every folder
     # made and removed costs a journal update on disk.
     first = ((planfile.get("lowered") or {}).get("config") or {}).get("mounts") or [{}]
     shared = _shared_parts(ctx.plans_dir, first[0].get("destination") == "/" and first[0].get("type") == "bind")
+    own = [] if shared is not None and shared[0] else ["rootfs"]
+    if shared is None:
+        own.append(EMPTY_FILE)
+
+    fds: list[int] = []
+    made_links: list[str] = []
+
+    def cleanup():
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        for path in made_links:  # the rootfs's links, then the folders made for them
+            try:
+                (os.unlink if os.path.islink(path) else os.rmdir)(path)
+            except OSError:
+                pass
+        # What the run made, by name; runc removed its own state (the folder named by the
+        # container id) when it ended. Anything else left (runc killed, mount points made
+        # in a per-run rootfs): the whole tree, never following a link.
+        try:
+            for name in ["config.json", "pid"] + [n for n in own if n == EMPTY_FILE]:
+                try:
+                    os.unlink(bundle + "/" + name)
+                except FileNotFoundError:
+                    pass
+            if "rootfs" in own:
+                os.rmdir(bundle + "/rootfs")
+            os.rmdir(bundle)
+        except OSError:
+            from .trees import remove_path
+
+            remove_path(bundle)
+        try:
+            os.close(lock_fd)
+        except OSError:
+            pass
+
+    gate = None
     try:
-        if shared is None or not shared[0]:
+        if "rootfs" in own:
             os.mkdir(bundle + "/rootfs", 0o755)
-            r.own.append("rootfs")
             if low.get("links"):
                 from .oci_links import make_links
 
-                r.made_links += make_links(bundle + "/rootfs", low["links"])
-        if shared is None:
+                made_links += make_links(bundle + "/rootfs", low["links"])
+        if EMPTY_FILE in own:
             os.close(os.open(bundle + "/" + EMPTY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444))
-            r.own.append(EMPTY_FILE)
         if net == "hosts":
             # runc create, then start (_split_run): the config as a file, written now.
             text = dumps(_config(planfile, cmd, env, ctx, shared))
             fd = os.open(bundle + "/config.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             with open(fd, "w", encoding="utf-8") as f:
                 f.write(text)
-    except OSError as e:
-        raise Refusal(f"could not write the OCI bundle in {bundle} ({e.strerror})", "check that the folder is writable") from None
+        else:
+            # The release gate (oci_gate): runc starts at once and waits for its config,
+            # which is written while it starts and sent only once the run's last checks passed.
+            from .oci_gate import Gate
 
-    found, rootless, pid_file, cid, watcher = r.runc, r.rootless, r.pid_file, r.cid, r.watcher
-    log_r, log_w = r.log_r, r.log_w
+            gate = Gate(bundle + "/config.json")
+            fds += [gate.r, gate.w]
+        log_r, log_w = os.pipe2(os.O_CLOEXEC)
+        fds += [log_r, log_w]
+        os.set_blocking(log_r, False)  # the read end only: runc's writes stay blocking
+    except OSError as e:
+        cleanup()
+        raise Refusal(f"could not write the OCI bundle in {bundle} ({e.strerror})", "check that the folder is writable") from None
+    except BaseException:
+        cleanup()
+        raise
+
+    pid_file = bundle + "/pid"
+    cid = container_id(bundle.rpartition("/")[2])
+    # runc's state root is the bundle itself: runc makes a folder named by the container id
+    # there and removes it when the run ends, so no state folder of sbxc's is needed.
+    argv = [found, "--root", bundle, "--log", f"/proc/self/fd/{log_w}", "--log-format", "text"]
+    rootless = [] if ctx.is_root else ["--rootless", "true"]
+    argv += rootless
+    # Ends the container if sbxc itself ends without ending the run (oci_watch).
+    watcher = Watcher()
     if net == "hosts":
-        argv = [found, "--root", bundle, "--log", f"/proc/self/fd/{log_w}", "--log-format", "text"] + rootless
         base_argv = [found, "--root", bundle, "--log", "/proc/self/fd/2", "--log-format", "text"] + rootless
-        return _split_run(argv, base_argv, bundle, pid_file, cid, RUNC_ENV, ctx, log_r, log_w, r.cleanup, watcher, sh)
-    gate = r.gate
-    text = r.text
+        return _split_run(argv, base_argv, bundle, pid_file, cid, RUNC_ENV, ctx, log_r, log_w, cleanup, watcher, sh)
+    argv += ["run", "--bundle", bundle, "--pid-file", pid_file, cid]
+
     read_log = _log_reader(log_r)
+    text: list = [None]
     refused: list = []
 
     def launched(pid: int) -> None:
@@ -1071,14 +953,35 @@ def _complete(r: Early, planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec
             return
         try:
             text[0] = dumps(_config(planfile, cmd, env, ctx, shared)).encode("utf-8")
-        except Refusal as no:
-            refused.append(no)
+        except Refusal as r:
+            refused.append(r)
         except Exception as e:  # a damaged plan: refused, never run half-configured
             refused.append(Refusal(f"could not write the OCI config ({type(e).__name__}: {one_line(str(e), 200)})",
                                    "recompile the plan (sbxc compile -o PLAN)"))
 
+    def release(go: bool = True) -> bool:
+        if go and text[0] is None:
+            go = False  # the config could not be made (``refused`` says why)
+        return gate.release(lambda: text[0], go)
+
     def started() -> bool:
         return os.path.exists(pid_file)
+
+    def end_watch() -> None:
+        # runc reaped by the core (the run is over) or never started: the watcher stands
+        # down. Still running (the core gave up on it, e.g. an internal error): the
+        # watcher deletes the container instead, before the bundle (its state) goes.
+        alive = False
+        if gate.pid:
+            try:
+                alive = os.waitpid(gate.pid, os.WNOHANG)[0] == 0
+            except ChildProcessError:
+                alive = False
+        watcher.finish(stand_down=not alive)
+        if alive:
+            from .supervise import reap_within
+
+            reap_within(gate.pid, 5.0, 0.01)  # runc ends once its container's process is gone
 
     def setup_failed(status: int, early: str):
         if refused:
@@ -1140,7 +1043,12 @@ def _complete(r: Early, planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec
         code = exec_status(log_error(read_log()))
         return code if code is not None else status
 
-    spec = r.spec
-    spec.started, spec.setup_failed, spec.command_status = started, setup_failed, command_status
-    spec.deliver, spec.launched = deliver, launched
-    return spec
+    setup = None
+    if net == "on":
+        from .bwrap_scope import child_setup
+
+        setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))
+    return LaunchSpec(argv, dict(RUNC_ENV), pass_fds=[log_w], exec_is_command=False, child_setup=setup, started=started,
+                      setup_failed=setup_failed, command_status=command_status, cleanups=[cleanup, end_watch],
+                      own_pgrp=True,
+                      deliver=deliver, launched=launched, release=release)

@@ -14,13 +14,6 @@ It raises ``sbxc.runtime.errors.Refusal`` for anything that stops the run (exit 
 It must not start any process; the core (``sbxc.runtime.launch``) forks once and execs
 ``spec.argv``.
 
-A runner whose child waits for a release anyway (OCI: runc, for its config) may also
-have ``start_early(planfile, environ, plans_dir, is_root)``, returning None or an object
-whose ``spec`` is a LaunchSpec with ``release`` set that needs nothing of the command:
-the core then starts that child at once (``supervise.start``), builds the cache and the
-environment while it starts, and calls ``prepare(..., early=that object)``, which
-completes the same spec. A refusal in between ends the child unreleased.
-
 ``LaunchSpec`` carries:
 
 - ``argv``: what to execve, ``argv[0]`` an absolute path (``bwrap``, or the command
@@ -52,8 +45,6 @@ completes the same spec. A refusal in between ends the child unreleased.
 - ``signal_target``: ``None`` or a callable returning the process group that forwarded
   signals should go to (the command's, inside the sandbox), or ``None`` when not known
   yet; signals then go to the child process itself.
-- ``spawned``: ``None`` or ``(pid) -> None``, called right after the child was started,
-  before anything else (the pid a refused release must end).
 - ``launched``: ``None`` or ``(pid) -> None``, called once ``argv`` was exec'd (``pid``:
   the child's), before its stderr is relayed: bwrap waits on ``--block-fd`` until the
   runner has put the proxy's listener into its network namespace. It never raises; a
@@ -104,12 +95,12 @@ def drain(fd: int, into: bytearray, limit: int, size: int = 65536) -> None:
 class LaunchSpec:
     __slots__ = ("argv", "env", "pass_fds", "child_setup", "exec_is_command", "started",
                  "setup_failed", "command_status", "cleanups", "own_pgrp", "signal_target", "after_exit",
-                 "deliver", "release", "launched", "spawned")
+                 "deliver", "release", "launched")
 
     def __init__(self, argv, env, pass_fds=(), child_setup=None, exec_is_command=False,
                  started=None, setup_failed=None, command_status=None, cleanups=None,
                  own_pgrp=False, signal_target=None, after_exit=None, deliver=None, release=None,
-                 launched=None, spawned=None):
+                 launched=None):
         self.argv = list(argv)
         self.env = env
         self.pass_fds = tuple(pass_fds)
@@ -125,7 +116,6 @@ class LaunchSpec:
         self.deliver = deliver
         self.release = release
         self.launched = launched
-        self.spawned = spawned
 
 
 class Context:

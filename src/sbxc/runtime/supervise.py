@@ -249,7 +249,7 @@ def _relay_chunks(pid: int, err_r: int, wake_r: int):
                 return
 
 
-def run(spec, network_off: bool, state=None, feedback=None, before_release=None, started=None) -> int:
+def run(spec, network_off: bool, state=None, feedback=None, before_release=None) -> int:
     """Fork, exec ``spec.argv``, relay stderr, wait, clean up. ``state`` (a ``RunState``)
     learns that the command's process was started. ``feedback``: None, or a callable
     ``(rc, scan) -> str`` called once the command ran (``scan``: its stderr's
@@ -261,72 +261,15 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None,
 
     stderr is always read by sbxc: through a pipe, or, when sbxc's stderr is a terminal,
     through a pseudo-terminal of sbxc's (``ttyrelay``), so the command still writes to a
-    terminal. Where no pseudo-terminal can be had, the command gets the terminal itself.
-
-    ``started``: the handle ``start`` returned when the child was started earlier (a
-    runner with a release gate, started before the command's environment was built); the
-    run goes on from there.
-    """
-    if started is None:
-        if spec.release is None and before_release is not None:
-            try:
-                before_release()
-            except BaseException:
-                _cleanups(spec)
-                raise
-        steps = _steps(spec, state)
-        next(steps)
-    else:
-        steps = started.take()
-    try:
-        steps.send((network_off, feedback, before_release))
-    except StopIteration as e:
-        return e.value
-    steps.close()
-    raise RuntimeError("the run's supervision did not end")
-
-
-class Started:
-    """A child started by ``start`` and held before its release: ``run`` goes on with it,
-    or ``abandon`` ends it (never released, so its command never started) and cleans up."""
-
-    __slots__ = ("_steps",)
-
-    def __init__(self, steps):
-        self._steps = steps
-
-    def take(self):
-        steps, self._steps = self._steps, None
-        if steps is None:
-            raise RuntimeError("the started child was handed on twice")
-        return steps
-
-    def abandon(self) -> None:
-        steps, self._steps = self._steps, None
-        if steps is not None:
-            steps.close()
-
-
-def start(spec, state=None) -> Started:
-    """Start ``spec``'s child now (a spec with a ``release``: it waits for it), with the
-    forwarded signals held as ``run`` holds them until the release. For a runner whose
-    child has work of its own to do before it needs anything of the run (runc starts and
-    then waits for its config): the rest of the run's preparation overlaps it. The caller
-    hands the handle to ``run`` or calls its ``abandon``, on every path."""
-    if spec.release is None:
-        raise ValueError("start() needs a spec with a release")
-    steps = _steps(spec, state)
-    next(steps)
-    return Started(steps)
-
-
-def _steps(spec, state):
-    """``run``'s body as a generator: it starts the child and pauses (yield) before
-    anything is asked of it; sent (network_off, feedback, before_release), it goes on to
-    the end and returns the status (StopIteration). Closed while paused: the child is ended
-    unreleased, then the same clean-up as at the end."""
+    terminal. Where no pseudo-terminal can be had, the command gets the terminal itself."""
     import _signal
 
+    if spec.release is None and before_release is not None:
+        try:
+            before_release()
+        except BaseException:
+            _cleanups(spec)
+            raise
     interpose = True
     relay = None
     if os.isatty(2):
@@ -402,8 +345,6 @@ def _steps(spec, state):
             if pid == 0:
                 _child(spec, err_w, rep_w, mask)  # never returns
         child[0] = pid
-        if pid > 0 and spec.spawned is not None:
-            spec.spawned(pid)
         if state is not None and spec.release is None:
             state.started = True  # from here on, no message may say the command did not run
         if spec.release is None:
@@ -422,21 +363,6 @@ def _steps(spec, state):
         os.close(rep_r)
         if spawned and report and not report.startswith((b"exec:", b"refused:")):
             report = _spawn_report(report, spec.argv[0])
-
-        def end_unreleased(ended: bool = True) -> None:
-            # The child never gets its release (``ended``: it was started and is ended now).
-            if ended:
-                _end_unreleased(pid, spec)
-            child[0] = 0
-            if interpose:
-                master[0] = -1
-                os.close(err_r)
-
-        try:
-            network_off, feedback, before_release = yield
-        except GeneratorExit:
-            end_unreleased(bool(pid and not report))  # abandoned before the run went on
-            raise
         if pid and not report and spec.launched is not None:
             waited = spec.launched(pid)
             if waited is not None:
@@ -449,12 +375,20 @@ def _steps(spec, state):
                 if before_release is not None and not held:
                     before_release()
             except BaseException:
-                end_unreleased()
+                _end_unreleased(pid, spec)
+                child[0] = 0
+                if interpose:
+                    master[0] = -1
+                    os.close(err_r)
                 raise
             if held:
                 # A signal came before the release: the command never starts, and the run
                 # ends with that signal's status, as its default action would end a command.
-                end_unreleased()
+                _end_unreleased(pid, spec)
+                child[0] = 0
+                if interpose:
+                    master[0] = -1
+                    os.close(err_r)
                 return 128 + held[0]
             if state is not None:
                 state.started = True  # set before the release: no later message may deny the run
