@@ -185,3 +185,33 @@ def test_recheck_paths_folders_checked_once_still_see_every_link(tmp_path):
     assert "on the way to" in e.value.cause and 'rule sandbox.policy.yaml:6:9 "write {project}/b/sub"' in e.value.cause
     # control: resolved one by one, as realpath does, the answer is the same
     assert os.path.realpath(bad[0]) != bad[0] and os.path.realpath(ok[0]) == ok[0]
+
+
+# A child's stderr relayed by supervise.run, then a line of sbxc's own: written by the
+# core (feedback), or by the runner (command_status, as bwrap_run words a failure after
+# bwrap's own cut message). argv[1]: what the child prints on stderr.
+_RELAY = r"""
+import sys
+from sbxc.runtime import supervise
+from sbxc.runtime.spec import LaunchSpec
+def status(rc, first):
+    supervise.own_line("sbxc: the runner's line\n")
+    return rc
+spec = LaunchSpec(["/bin/sh", "-c", 'printf "%s" "$1" >&2; exit 3', "sh", sys.argv[1]], {"PATH": "/usr/bin:/bin"},
+                  command_status=status)
+rc = supervise.run(spec, False, feedback=lambda rc, scan: "sbxc: the core's line\n")
+sys.exit(rc)
+"""
+
+
+@pytest.mark.parametrize("printed", ["bwrap: ", "done\n", ""])
+def test_sbxc_lines_after_the_relayed_output_start_a_line(printed):
+    """Each of sbxc's own lines after the command's stderr starts on a line of its own,
+    also when that output ended mid-line (a message of two writers cut off: "bwrap: ");
+    none is added after output that ended its line, or after none."""
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    p = subprocess.run([sys.executable, "-c", _RELAY, printed], env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"},
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 3, p
+    want = printed + ("\n" if printed and not printed.endswith("\n") else "")
+    assert p.stderr == want + "sbxc: the runner's line\nsbxc: the core's line\n", p.stderr

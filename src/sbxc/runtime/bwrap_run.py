@@ -273,6 +273,8 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         return Refusal(cause, fix)
 
     def command_status(status: int, first: bytes) -> int:
+        from .supervise import own_line
+
         if status == 0 or status > 128 or ran():
             return status
         # bwrap got through its mounts but the command never ran: every byte on stderr is
@@ -283,11 +285,11 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
                 code = 127 if line.endswith(b"No such file or directory") else 126
                 # sbxc's own line, as the other runners write it: the command never ran
                 # (a --format json status reads it so), and the reason is sbxc's words.
-                sys.stderr.write(f"sbxc: {one_line(str(cmd[0]), 200)}: "
-                                 f"{'command not found' if code == 127 else 'cannot execute'}\n")
+                own_line(f"sbxc: {one_line(str(cmd[0]), 200)}: "
+                         f"{'command not found' if code == 127 else 'cannot execute'}\n")
                 return code
         cause, fix = bwrap_failure(first.decode("utf-8", "replace"))
-        sys.stderr.write(Refusal(cause, fix).line() + "\n")
+        own_line(Refusal(cause, fix).line() + "\n")  # after bwrap's own words, maybe cut mid-line
         return 125
 
     setup = None

@@ -302,8 +302,10 @@ def after_run(watch, record, status: int, end: int) -> None:
         return
     except BaseException as e:
         try:
-            sys.stderr.write(f"sbxc: warning: the command ran (exit status {status}), but sbxc could not complete "
-                             f"its checks after it ({step}: {one_line(type(e).__name__ + ': ' + str(e), 200)}); "
-                             f"{POST_RUN_FIX}\n")
+            from .supervise import own_line
+
+            own_line(f"sbxc: warning: the command ran (exit status {status}), but sbxc could not complete "
+                     f"its checks after it ({step}: {one_line(type(e).__name__ + ': ' + str(e), 200)}); "
+                     f"{POST_RUN_FIX}\n")
         except BaseException:
             pass

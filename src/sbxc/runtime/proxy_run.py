@@ -108,15 +108,17 @@ class ProxyRun:
             for why in unnamed:
                 status.current.note_blocked(None, None, "", self.at, why)
             status.current.blocked_connections = self.refused_count
+        from .supervise import own_line  # after the command's output, which may end mid-line
+
         for line in lines[:_MAX_LINES]:
-            sys.stderr.write(line + "\n")
+            own_line(line + "\n")
         shown = min(len(lines), _MAX_LINES)
         if len(lines) > shown or self.refused_count > len(self.refused):
-            sys.stderr.write(f"sbxc: ... and {len(lines) - shown} more refusals not shown; "
-                             f"{self.refused_count} connections refused in all\n")
+            own_line(f"sbxc: ... and {len(lines) - shown} more refusals not shown; "
+                     f"{self.refused_count} connections refused in all\n")
         if failure:
             # Never among the refusals the cap leaves out.
-            sys.stderr.write(f"sbxc: warning: the network proxy stopped serving during the run ({one_line(failure, 200)})\n")
+            own_line(f"sbxc: warning: the network proxy stopped serving during the run ({one_line(failure, 200)})\n")
 
 
 def _unnamed(reason: str) -> str:

@@ -179,6 +179,21 @@ def processes_left() -> int:
     return left
 
 
+_LINE_OPEN = [False]
+"""Whether what was relayed of the command's stderr ended in the middle of a line."""
+
+
+def own_line(text: str) -> None:
+    """Write sbxc's own ``text`` (whole lines) to stderr, starting on a line of its own
+    also when the command's relayed output ended mid-line (a sandbox tool's message cut
+    short, a command's ``printf x``): the first of them then gets a newline before it.
+    Every line sbxc writes after the command's output goes through here."""
+    try:
+        sys.stderr.write(("\n" if _LINE_OPEN[0] else "") + text)
+    finally:
+        _LINE_OPEN[0] = False
+
+
 def _write_all(fd: int, data: bytes) -> bool:
     while data:
         try:
@@ -401,7 +416,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
         first = b""
         status = None
         scan = None
-        open_line = False  # what was relayed to stderr ended in the middle of a line
+        _LINE_OPEN[0] = False  # what was relayed to stderr ended in the middle of a line
         if not pid:
             # The exec failed (_spawn): no child, nothing to relay; the report says why.
             if interpose:
@@ -424,7 +439,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
                         started = True
                         for h in held:
                             _write_all(2, h)
-                            open_line = not h.endswith(b"\n")
+                            _LINE_OPEN[0] = not h.endswith(b"\n")
                         held = []
                     else:
                         held.append(chunk)
@@ -432,7 +447,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
                 if len(first) < 256:
                     first += chunk[: 256 - len(first)]
                 _write_all(2, chunk)
-                open_line = not chunk.endswith(b"\n")
+                _LINE_OPEN[0] = not chunk.endswith(b"\n")
                 if scan is not None:
                     scan.feed(chunk)
             master[0] = -1
@@ -468,11 +483,11 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
         if spec.setup_failed is not None:
             refusal = spec.setup_failed(rc, early.decode("utf-8", "replace"))
             if refusal is not None:
-                # sbxc's line on a line of its own, also after output cut mid-line
-                sys.stderr.write(("\n" if open_line else "") + refusal.line() + "\n")
+                own_line(refusal.line() + "\n")  # on a line of its own, also after output cut mid-line
                 return REFUSED
         if early:
             _write_all(2, early)  # the runner judged it the command's own output
+            _LINE_OPEN[0] = not early.endswith(b"\n")
         if spec.command_status is not None:
             rc = spec.command_status(rc, (early + first)[:256])  # the held part came first
         if feedback is not None:
@@ -480,7 +495,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
             # warnings, then what its stderr calls for, after all of its output.
             lines = feedback(rc, scan)
             if lines:
-                _write_all(2, lines.encode("utf-8", "replace"))
+                own_line(lines)
                 note = getattr(sys.stderr, "sbxc_note", None)
                 if note is not None:
                     note(lines)  # --format json: the run status keeps sbxc's own lines
@@ -496,7 +511,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
             try:
                 spec.after_exit()
             except Exception as e:
-                sys.stderr.write(f"sbxc: warning: ending the command's processes failed: {one_line(str(e))}\n")
+                own_line(f"sbxc: warning: ending the command's processes failed: {one_line(str(e))}\n")
         _cleanups(spec)
 
 
@@ -512,7 +527,7 @@ def _cleanups(spec) -> None:
         try:
             fn()
         except Exception as e:  # a failed cleanup is reported, never hidden
-            sys.stderr.write(f"sbxc: warning: cleanup failed: {one_line(str(e))}\n")
+            own_line(f"sbxc: warning: cleanup failed: {one_line(str(e))}\n")
 
 
 def _end_unreleased(pid: int, spec) -> None:
