@@ -199,7 +199,12 @@ def status(rc, first):
     return rc
 spec = LaunchSpec(["/bin/sh", "-c", 'printf "%s" "$1" >&2; exit 3', "sh", sys.argv[1]], {"PATH": "/usr/bin:/bin"},
                   command_status=status)
+from sbxc.runtime.runstatus import _Tee
+recorded = []
+sys.stderr = _Tee(sys.stderr, recorded)  # as --format json records sbxc's lines
 rc = supervise.run(spec, False, feedback=lambda rc, scan: "sbxc: the core's line\n")
+sys.stderr.flush()
+print(repr([line for line in recorded if line]))
 sys.exit(rc)
 """
 
@@ -215,3 +220,5 @@ def test_sbxc_lines_after_the_relayed_output_start_a_line(printed):
     assert p.returncode == 3, p
     want = printed + ("\n" if printed and not printed.endswith("\n") else "")
     assert p.stderr == want + "sbxc: the runner's line\nsbxc: the core's line\n", p.stderr
+    # --format json's record of sbxc's lines holds each once, and nothing of the command's.
+    assert p.stdout == repr(["sbxc: the runner's line", "sbxc: the core's line"]) + "\n", p.stdout

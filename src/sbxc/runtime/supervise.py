@@ -495,7 +495,10 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
             # warnings, then what its stderr calls for, after all of its output.
             lines = feedback(rc, scan)
             if lines:
-                own_line(lines)
+                # To the descriptor, not through sys.stderr: with --format json that records
+                # sbxc's lines, and the note below records these once.
+                cut, _LINE_OPEN[0] = _LINE_OPEN[0], False
+                _write_all(2, (("\n" if cut else "") + lines).encode("utf-8", "replace"))
                 note = getattr(sys.stderr, "sbxc_note", None)
                 if note is not None:
                     note(lines)  # --format json: the run status keeps sbxc's own lines
