@@ -273,10 +273,10 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         return Refusal(cause, fix)
 
     def command_status(status: int, first: bytes) -> int:
-        from .supervise import own_line
-
         if status == 0 or status > 128 or ran():
             return status
+        from .supervise import own_line  # bwrap's words before, maybe cut mid-line
+
         # bwrap got through its mounts but the command never ran: every byte on stderr is
         # bwrap's. "bwrap: execvp NAME: <strerror>" is a shell's 127/126.
         lines = first.split(b"\n")
@@ -289,7 +289,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
                          f"{'command not found' if code == 127 else 'cannot execute'}\n")
                 return code
         cause, fix = bwrap_failure(first.decode("utf-8", "replace"))
-        own_line(Refusal(cause, fix).line() + "\n")  # after bwrap's own words, maybe cut mid-line
+        own_line(Refusal(cause, fix).line() + "\n")
         return 125
 
     setup = None

@@ -183,15 +183,22 @@ _LINE_OPEN = [False]
 """Whether what was relayed of the command's stderr ended in the middle of a line."""
 
 
-def own_line(text: str) -> None:
+def own_line(text: str, to_fd: bool = False) -> None:
     """Write sbxc's own ``text`` (whole lines) to stderr, starting on a line of its own
     also when the command's relayed output ended mid-line (a sandbox tool's message cut
     short, a command's ``printf x``): the first of them then gets a newline before it.
-    Every line sbxc writes after the command's output goes through here."""
-    try:
-        sys.stderr.write(("\n" if _LINE_OPEN[0] else "") + text)
-    finally:
-        _LINE_OPEN[0] = False
+    Every line sbxc writes after the command's output goes through here. ``to_fd``:
+    written to the descriptor itself, as the relay writes (the feedback after a run),
+    and handed to --format json's record of sbxc's lines (``runstatus``), which sees
+    only what passes through ``sys.stderr``."""
+    cut, _LINE_OPEN[0] = _LINE_OPEN[0], False
+    if not to_fd:
+        sys.stderr.write(("\n" if cut else "") + text)
+        return
+    _write_all(2, (("\n" if cut else "") + text).encode("utf-8", "replace"))
+    note = getattr(sys.stderr, "sbxc_note", None)
+    if note is not None:
+        note(text)
 
 
 def _write_all(fd: int, data: bytes) -> bool:
@@ -495,13 +502,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
             # warnings, then what its stderr calls for, after all of its output.
             lines = feedback(rc, scan)
             if lines:
-                # To the descriptor, not through sys.stderr: with --format json that records
-                # sbxc's lines, and the note below records these once.
-                cut, _LINE_OPEN[0] = _LINE_OPEN[0], False
-                _write_all(2, (("\n" if cut else "") + lines).encode("utf-8", "replace"))
-                note = getattr(sys.stderr, "sbxc_note", None)
-                if note is not None:
-                    note(lines)  # --format json: the run status keeps sbxc's own lines
+                own_line(lines, to_fd=True)
         return rc
     finally:
         if old_wakeup is not None:
