@@ -1,8 +1,8 @@
-"""bwrap with the network on: the host's abstract Unix sockets stay out of reach.
+"""bwrap and runc with the network on: the host's abstract Unix sockets stay out of reach.
 
 The command shares the host's network namespace, where abstract socket names live; a
-Landlock domain scoping only abstract sockets (ABI 6), made before bwrap starts, refuses
-the connect. The test binds an abstract socket of its own in this process.
+Landlock domain scoping only abstract sockets (ABI 6), made before bwrap or runc starts,
+refuses the connect. The test binds an abstract socket of its own in this process.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from conftest import SANDBOX_PYTHON
+from conftest import SANDBOX_PYTHON, runc_for
 
 pytestmark = pytest.mark.live
 
@@ -64,16 +64,18 @@ def _abi():
     return landlock_abi()
 
 
-def test_network_on_cannot_reach_host_abstract_socket(sbxc, abstract_server):
+@pytest.mark.parametrize("backend", ["bwrap", "oci"])
+def test_network_on_cannot_reach_host_abstract_socket(sbxc, abstract_server, backend, request):
+    runc_for(request)
     name, hits = abstract_server
     if _abi() < 6:
         pytest.fail(f"Landlock ABI {_abi()} on this kernel; the scope needs 6")
-    pol = "sbxc: 1\nextends: [builtin:default]\nbackend: bwrap\nnetwork: true\n"
+    pol = f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork: true\n"
     r = sbxc(pol, SANDBOX_PYTHON, "-c", _PROBE, name)
     assert r.rc == 0, r
     assert "errno 1" in r.out, r  # EPERM from the scope
     assert not hits
-    # The rest of a networked sandbox still works: bwrap set up its mounts, and the
+    # The rest of a networked sandbox still works: the runner set up its mounts, and the
     # command's own abstract sockets (inside the domain) still connect.
     own = textwrap.dedent("""
         import socket
@@ -93,14 +95,17 @@ def test_control_outside_connects(abstract_server):
     assert hits
 
 
+@pytest.mark.parametrize("backend", ["bwrap", "oci"])
 @pytest.mark.parametrize("network", ["[connect tcp 443]", "[allow pkgs.example.invalid]"])
-def test_rules_give_a_namespace_where_host_abstract_sockets_do_not_exist(sbxc, abstract_server, network):
-    """Per-port and host rules: bwrap gives the command a network namespace of its own, so
+def test_rules_give_a_namespace_where_host_abstract_sockets_do_not_exist(sbxc, abstract_server, network, backend,
+                                                                          request):
+    """Per-port and host rules: bwrap and runc give the command a network namespace of its own, so
     no Landlock scope is made for abstract sockets (none of the host's is bound there):
     the connect finds no such name (ECONNREFUSED), and the host's server sees nothing.
     The control above connects to the same name from outside."""
     name, hits = abstract_server
-    pol = f"sbxc: 1\nextends: [builtin:default]\nbackend: bwrap\nnetwork: {network}\n"
+    runc_for(request)
+    pol = f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork: {network}\n"
     r = sbxc(pol, SANDBOX_PYTHON, "-c", _PROBE, name)
     assert r.rc == 0, r
     assert "errno 111" in r.out, r  # no such name in the sandbox's namespace, not EPERM of a scope

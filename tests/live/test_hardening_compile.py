@@ -28,12 +28,14 @@ HOST = probe.probe_host(os.environ, full=True)
 def _backend(name):
     if name == "bwrap":
         why = "" if HOST.bwrap and HOST.userns else "bwrap with user namespaces is not available here"
+    elif name == "oci":
+        why = "" if probe.host_program("runc", os.environ)[0] else "runc is not installed (scripts/setup installs it)"
     else:
         why = "" if HOST.landlock_abi > 0 else "Landlock is not available in this kernel"
     return pytest.param(name, marks=pytest.mark.skipif(bool(why), reason=why), id=name)
 
 
-BACKENDS = [_backend("bwrap"), _backend("landlock")]
+BACKENDS = [_backend("bwrap"), _backend("landlock"), _backend("oci")]
 
 
 # --- policy files of other users ------------------------------------------------------------

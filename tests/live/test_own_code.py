@@ -18,7 +18,7 @@ from conftest import SRC, base_env, run
 
 pytestmark = pytest.mark.live
 
-BACKENDS = ("bwrap", "landlock")
+BACKENDS = ("bwrap", "landlock", "oci")
 
 
 def _venv_with_sbxc(where: str) -> str:
@@ -46,6 +46,8 @@ def _available(backend):
 
     if backend == "landlock":
         return landlock_abi() >= 1
+    if backend == "oci":
+        return bool(host_program("runc", os.environ)[0])
     b = host_program("bwrap", os.environ)[0]
     return bool(b) and userns_works(b)[0]
 

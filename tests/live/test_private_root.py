@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import SRC, base_env, run, sbxc_argv
+from conftest import SRC, base_env, run, runc_for, sbxc_argv
 
 pytestmark = pytest.mark.live
 
@@ -41,8 +41,9 @@ def _mentions(root, names, text):
     return hits
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
-def test_a_run_keeps_everything_in_the_named_root(backend, bwrap_works, project, home, tmp_path):
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
+def test_a_run_keeps_everything_in_the_named_root(backend, bwrap_works, project, home, tmp_path, request):
+    runc_for(request)  # an OCI run's bundle lies in the named root's plans folder too
     root = str(tmp_path / "private-root")
     with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
         f.write(POLICY.format(backend=backend))

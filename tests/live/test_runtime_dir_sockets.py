@@ -77,7 +77,10 @@ def test_session_bus_by_fixed_path_is_hidden_without_xdg_runtime_dir(bwrap_works
         # control: the socket answers whoever can reach it
         control = _probe([SANDBOX_PYTHON, "-c", PROBE, sock], env, project)
         assert control["out"] == "connected:pong", control
-        backends = ["bwrap"] + (["landlock"] if landlock_abi() > 0 else [])
+        from sbxc.runtime.probe import host_program
+
+        backends = ["bwrap"] + (["landlock"] if landlock_abi() > 0 else []) + (
+            ["oci"] if host_program("runc", os.environ)[0] else [])
         for b in backends:
             res = _probe([PYTHON, "-m", "sbxc", "exec", "--backend", b, "--", SANDBOX_PYTHON, "-c", PROBE, sock],
                          env, project)

@@ -46,6 +46,9 @@ def _backend_ok(backend: str) -> str:
         return "" if landlock_abi() >= 6 else f"Landlock ABI {landlock_abi()} here; 6 needed"
     from sbxc.runtime.probe import host_program, userns_works
 
+    if backend == "oci":
+        return "" if host_program("runc", os.environ)[0] else "runc is not installed (scripts/setup installs it)"
+
     b = host_program("bwrap", os.environ)[0]
     if not b:
         return "bwrap is not installed"
@@ -189,7 +192,7 @@ def test_process_control_sees_the_escape(tree, tmp_path, victim):
         assert after["affinity"] != before["affinity"]
 
 
-@pytest.mark.parametrize("backend", ["landlock", "bwrap"])
+@pytest.mark.parametrize("backend", ["landlock", "bwrap", "oci"])
 def test_other_processes_unchanged(tree, tmp_path, victim, backend):
     pid = victim()
     before = _state(pid)
@@ -328,7 +331,7 @@ def test_host_ipc_control_readable_outside(tree, tmp_path, host_ipc):
     assert host_ipc.queue_len() == 2  # the control's message arrived
 
 
-@pytest.mark.parametrize("backend", ["landlock", "bwrap"])
+@pytest.mark.parametrize("backend", ["landlock", "bwrap", "oci"])
 def test_host_ipc_out_of_reach(tree, tmp_path, host_ipc, backend):
     """Landlock without root: the filter refuses every call (EPERM). bwrap, and Landlock
     as root (the runner's IPC namespace): the host objects do not exist inside."""
@@ -401,7 +404,7 @@ def test_socket_family_control_outside(tree, tmp_path):
 
 
 @pytest.mark.parametrize("network", [NET_ON, NET_OFF])
-@pytest.mark.parametrize("backend", ["landlock", "bwrap"])
+@pytest.mark.parametrize("backend", ["landlock", "bwrap", "oci"])
 def test_socket_families_refused(tree, tmp_path, backend, network):
     outside = _run(None, tree, tmp_path, SOCK_PROBE, json.dumps(REFUSED))
     got = _run(backend, tree, tmp_path, SOCK_PROBE, json.dumps(REFUSED), network=network)

@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from conftest import SANDBOX_PYTHON
+from conftest import SANDBOX_PYTHON, runc_for
 
 pytestmark = pytest.mark.live
 
@@ -52,8 +52,9 @@ def _policy(backend):
     return f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork: false\n"
 
 
-@pytest.mark.parametrize("backend", ("bwrap", "landlock"))
-def test_tiocsetd_refused_on_inherited_terminal(sbxc, backend):
+@pytest.mark.parametrize("backend", ("bwrap", "landlock", "oci"))
+def test_tiocsetd_refused_on_inherited_terminal(sbxc, backend, request):
+    runc_for(request)  # runc's container gets the caller's terminal as it is (no console socket)
     master, slave = pty.openpty()
     try:
         r = sbxc(_policy(backend), SANDBOX_PYTHON, "-c", _PROBE, stdin=slave)
