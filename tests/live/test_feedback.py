@@ -29,7 +29,7 @@ from sbxc.runtime.hint import NETWORK_HINT
 pytestmark = pytest.mark.live
 
 HINT = NETWORK_HINT.rstrip("\n")
-BACKENDS = ("bwrap", "landlock")
+BACKENDS = ("bwrap", "landlock", "oci")
 
 
 def _landlock_abi() -> int:
@@ -128,8 +128,8 @@ def test_network_off_settings_reach_the_command_and_the_policy_wins(go, backend)
 ])
 def test_texts_of_refused_network_get_the_hint(go, backend, msg):
     r = go(policy(backend), "sh", "-c", 'printf "%s\\n" "$1" >&2; exit 3', "sh", msg)
-    if "PermissionError" in msg and backend == "bwrap":
-        # bwrap's network namespace gives real network errors; a permission error is not one
+    if "PermissionError" in msg and backend in ("bwrap", "oci"):
+        # bwrap's and runc's network namespace gives real network errors; a permission error is not one
         assert "sbxc: hint" not in r.err, r
         return
     assert r.rc == 3 and r.err.rstrip("\n").split("\n")[-1] == HINT, r
@@ -172,7 +172,9 @@ def test_hint_in_a_terminal(go, backend):
     argv = _exec_argv(go, backend, policy(backend), SANDBOX_PYTHON, "-c", code)
     rc, out = _pty_run(argv, base_env(go.home), go.project)
     assert rc == 1, out
-    assert b"tty True True True" in out, out
+    # `runc run` hands the command pipes that it copies to and from its own stdio
+    # (docs/kubernetes.md); bwrap and Landlock pass the terminal on.
+    assert (b"tty False False False" if backend == "oci" else b"tty True True True") in out, out
     # the relay adds no second carriage return: OPOST is off on sbxc's side
     assert b"a\r\nb\r\n" in out and b"\r\r\n" not in out, out
     assert out.rstrip(b"\r\n").split(b"\r\n")[-1] == HINT.encode(), out
@@ -180,7 +182,18 @@ def test_hint_in_a_terminal(go, backend):
 
 def test_terminal_stays_usable(go, backend):
     """stdin is still the caller's terminal (a line typed is read), `>/dev/stderr` works,
-    and a resize of the caller's terminal reaches the command's stderr terminal."""
+    and a resize of the caller's terminal reaches the command's stderr terminal. On OCI
+    (runc's pipes, no terminal inside): the line typed is read, and Ctrl-C ends the command."""
+    if backend == "oci":
+        code = ("import time\n"
+                "print('READY', flush=True)\n"
+                "print('got', input(), flush=True)\n"
+                "time.sleep(30)\n")
+        argv = _exec_argv(go, backend, policy(backend, network="true"), SANDBOX_PYTHON, "-c", code)
+        rc, out = _pty_run_interactive(argv, base_env(go.home), go.project, then=b"\x03")
+        assert b"got hello" in out, out
+        assert rc == 130, out  # the terminal's SIGINT reached sbxc, which ended the command with it
+        return
     code = ("import os, signal, sys\n"
             "line = None\n"
             "def winch(*a):\n"
@@ -202,7 +215,7 @@ def test_terminal_stays_usable(go, backend):
     assert rc == 0, out
 
 
-def _pty_run_interactive(argv, env, cwd, timeout=60, interact=True):
+def _pty_run_interactive(argv, env, cwd, timeout=60, interact=True, then=b""):
     pid, master = pty.fork()
     if pid == 0:
         try:
@@ -230,7 +243,10 @@ def _pty_run_interactive(argv, env, cwd, timeout=60, interact=True):
             os.write(master, b"hello\n")
             step = 1
         elif step == 1 and b"got hello" in got:
-            fcntl_set_size(master, 33, 101)  # the kernel signals the terminal's foreground group: sbxc
+            if then:
+                os.write(master, then)  # typed: a Ctrl-C, say, which the terminal sends its foreground group
+            else:
+                fcntl_set_size(master, 33, 101)  # the kernel signals the terminal's foreground group: sbxc
             step = 2
         done, st = os.waitpid(pid, os.WNOHANG)
         if done:
@@ -295,7 +311,7 @@ def test_cwd_under_tmpfs_is_warned(go, backend, tmp_path):
     w = [x for x in warnings_of(r.err) if "the current folder" in x]
     assert len(w) == 1 and f"tmpfs {scratch}" in w[0] and "sandbox.policy.yaml:6:" in w[0], r
     assert not (scratch / "out.txt").exists()  # what the warning says: nothing reached the host
-    if backend == "bwrap":
+    if backend in ("bwrap", "oci"):
         assert r.rc == 0 and "discarded" in w[0], r
     else:
         assert r.rc != 0 and "cannot use it" in w[0], r
@@ -310,8 +326,8 @@ def test_landlock_narrowing_that_breaks_git_commit_is_warned(go, backend):
     pol = policy(backend, network="true", extra="filesystem:\n  - read {project}/.git/hooks\n")
     r = go(pol, "sh", "-c", "touch top-level-file && echo created")
     w = [x for x in warnings_of(r.err) if "cannot let the command create" in x]
-    if backend == "bwrap":
-        assert w == [] and "created" in r.out, r  # bwrap mounts: nothing is lost
+    if backend in ("bwrap", "oci"):
+        assert w == [] and "created" in r.out, r  # bwrap's and runc's mounts: nothing is lost
         return
     assert len(w) == 1, r
     assert f"directly in {go.project}, {go.project}/.git," in w[0] and "git commit" in w[0], r

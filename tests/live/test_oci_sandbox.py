@@ -688,3 +688,79 @@ def test_a_bare_name_runs_without_a_path_variable(backend, request, sbxc):
     assert r.rc == 0 and "ran:" in r.out, r
     r = sbxc(pol, "sbxc-no-such-command", args=("--backend", backend))
     assert r.rc == 127 and "command not found" in r.err, r
+
+
+def _on_a_terminal(argv, env, cwd, typed: bytes, after: bytes, timeout=30.0):
+    """``argv`` as the session leader of a fresh pseudo-terminal, its controlling terminal
+    (a person's shell: job control applies); ``typed`` is written once ``after`` was
+    printed. (exit code or None when it had not ended in ``timeout`` s, what it printed,
+    the states of its processes then)."""
+    import pty
+    import select
+    import time
+
+    pid, master = pty.fork()
+    if pid == 0:
+        try:
+            os.chdir(cwd)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    got, sent, status = b"", False, None
+    deadline = time.monotonic() + timeout
+    while status is None and time.monotonic() < deadline:
+        if select.select([master], [], [], 0.05)[0]:
+            try:
+                got += os.read(master, 65536)
+            except OSError:
+                time.sleep(0.01)
+        if not sent and after in got:
+            os.write(master, typed)
+            sent = True
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = os.waitstatus_to_exitcode(st)
+    states = ""
+    if status is None:
+        states = subprocess.run(["ps", "-o", "pid,pgid,sid,stat,wchan:20,comm", "-s", str(pid)],
+                                capture_output=True, text=True).stdout
+        os.kill(pid, 9)  # sbxc: its watcher deletes the container
+        os.waitpid(pid, 0)
+    os.close(master)
+    return status, got, states
+
+
+@pytest.mark.parametrize("network", ["false", "[allow pkgs.example.invalid]"])
+def test_a_run_on_the_callers_terminal_reads_what_is_typed(runc, sbxc, network):
+    """Started from a terminal, as from a shell: `runc run` copies its standard input to the
+    command itself, and as a background job of the caller's terminal it was stopped by
+    SIGTTIN at its first read (the run never ended). runc runs in a session of its own, so
+    the terminal is no controlling terminal of its and reading it stops nothing. With host
+    rules (`runc create`), the command gets the terminal itself. Control: the same reader
+    as a background job of the terminal is stopped."""
+    with open(os.path.join(sbxc.project, "sandbox.policy.yaml"), "w") as f:
+        f.write(f"sbxc: 1\nextends: [builtin:default]\nnetwork: {network}\n")
+    code = ("import os\n"
+            "print('tty', os.isatty(0), os.isatty(1), 'READY', flush=True)\n"
+            "print('got', input(), flush=True)\n")
+    argv = sbxc_argv("exec", "--backend", "oci", "--", SANDBOX_PYTHON, "-c", code)
+    rc, out, states = _on_a_terminal(argv, base_env(sbxc.home), sbxc.project, b"hello\n", b"READY")
+    assert rc == 0, (out, states)
+    assert b"got hello" in out, out
+    # runc's own pipes without host rules; the caller's terminal itself with them
+    assert (b"tty False False" if network == "false" else b"tty True True") in out, out
+    # Control: a reader in a process group of its own (what runc was) on the same kind of
+    # terminal is stopped before it reads anything.
+    control = ("import os, time\n"
+               "pid = os.fork()\n"
+               "if pid == 0:\n"
+               "    os.setpgid(0, 0)\n"
+               "    os.read(0, 1)\n"
+               "    os._exit(0)\n"
+               "time.sleep(1)\n"
+               "state = open(f'/proc/{pid}/stat').read().rpartition(') ')[2].split()[0]\n"
+               "os.kill(pid, 9)\n"
+               "os.waitpid(pid, 0)\n"
+               "print('state', state, flush=True)\n")
+    rc, out, _ = _on_a_terminal([SANDBOX_PYTHON, "-c", control], base_env(sbxc.home), sbxc.project, b"", b"\0")
+    assert rc == 0 and b"state T" in out, out  # T: stopped by SIGTTIN, before it read anything

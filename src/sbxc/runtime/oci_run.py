@@ -793,7 +793,7 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
                       pass_fds=[log_w, life_w], exec_is_command=False, started=lambda: started[0],
                       setup_failed=setup_failed, command_status=command_status,
                       cleanups=[cleanup, watcher.finish, drop_lifeline, end_container],
-                      own_pgrp=True, deliver=deliver, launched=launched, release=release)
+                      own_session=True, deliver=deliver, launched=launched, release=release)
 
 
 def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
@@ -1050,5 +1050,5 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))
     return LaunchSpec(argv, dict(RUNC_ENV), pass_fds=[log_w], exec_is_command=False, child_setup=setup, started=started,
                       setup_failed=setup_failed, command_status=command_status, cleanups=[cleanup, end_watch],
-                      own_pgrp=True,
+                      own_session=True,
                       deliver=deliver, launched=launched, release=release)

@@ -19,6 +19,8 @@ from .errors import one_line
 _CWD_TMPFS = {
     "bwrap": "the current folder {cwd} lies under `{rule}` ({where}): what the command writes there is "
              "discarded when it ends; run it from a folder with a `write` rule to keep its output",
+    "oci": "the current folder {cwd} lies under `{rule}` ({where}): what the command writes there is "
+           "discarded when it ends; run it from a folder with a `write` rule to keep its output",
     "landlock": "the current folder {cwd} lies under `{rule}` ({where}): on Landlock the command cannot use "
                 "it (it gets a fresh per-run folder in $TMPDIR instead); run it from a folder with a `write` "
                 "rule",

@@ -42,6 +42,11 @@ It must not start any process; the core (``sbxc.runtime.launch``) forks once and
 - ``own_pgrp``: True to put the child in a process group of its own (before
   ``child_setup``), so the terminal's Ctrl-C reaches sbxc only and sbxc decides where it
   goes. Leave False when ``child_setup`` calls ``setsid`` (a group leader cannot).
+- ``own_session``: True to start the child in a session of its own (``setsid``, before
+  ``child_setup``; ``own_pgrp`` then False): as with ``own_pgrp`` the terminal's Ctrl-C
+  reaches sbxc only, and the caller's terminal is no controlling terminal of the child's,
+  so a child that reads it is not stopped as a background job (SIGTTIN). runc copies
+  its standard input to the command itself, in a goroutine that reads at once.
 - ``signal_target``: ``None`` or a callable returning the process group that forwarded
   signals should go to (the command's, inside the sandbox), or ``None`` when not known
   yet; signals then go to the child process itself.
@@ -94,13 +99,13 @@ def drain(fd: int, into: bytearray, limit: int, size: int = 65536) -> None:
 
 class LaunchSpec:
     __slots__ = ("argv", "env", "pass_fds", "child_setup", "exec_is_command", "started",
-                 "setup_failed", "command_status", "cleanups", "own_pgrp", "signal_target", "after_exit",
+                 "setup_failed", "command_status", "cleanups", "own_pgrp", "own_session", "signal_target", "after_exit",
                  "deliver", "release", "launched")
 
     def __init__(self, argv, env, pass_fds=(), child_setup=None, exec_is_command=False,
                  started=None, setup_failed=None, command_status=None, cleanups=None,
                  own_pgrp=False, signal_target=None, after_exit=None, deliver=None, release=None,
-                 launched=None):
+                 launched=None, own_session=False):
         self.argv = list(argv)
         self.env = env
         self.pass_fds = tuple(pass_fds)
@@ -111,6 +116,7 @@ class LaunchSpec:
         self.command_status = command_status
         self.cleanups = list(cleanups or ())
         self.own_pgrp = own_pgrp
+        self.own_session = own_session
         self.signal_target = signal_target
         self.after_exit = after_exit
         self.deliver = deliver

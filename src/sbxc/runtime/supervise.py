@@ -574,7 +574,7 @@ def _spawn(spec, err_w: int, rep_r: int, rep_w: int) -> int:
     either process (0.6 ms on every run, see bench/README.md). The child gets what
     ``_child`` gives it: stderr into the relay, SIGPIPE and SIGXFSZ back at their default
     action (every other disposition as inherited: glibc's ``posix_spawn`` would leave its
-    two internal signals ignored in the command), its own process group if asked, the
+    two internal signals ignored in the command), its own process group or session if asked, the
     pass_fds and no other descriptor from 3 up. The pid; 0 when the exec failed (its
     report is on ``rep_w``, as ``_child`` writes it); -1 when this interpreter's call
     does not fit (the caller forks instead)."""
@@ -591,7 +591,7 @@ def _spawn(spec, err_w: int, rep_r: int, rep_w: int) -> int:
         # The argument list of Python 3.11-3.13's private function; any other raises
         # TypeError before anything is started.
         pid = fork_exec(list(spec.argv), [argv0], True, keep, None, env, -1, -1, -1, -1, -1, err_w, rep_r, rep_w,
-                        True, False, 0 if spec.own_pgrp else -1, None, None, None, -1, None, True)
+                        True, spec.own_session, 0 if spec.own_pgrp else -1, None, None, None, -1, None, True)
     except (TypeError, ValueError):
         return -1
     except OSError as e:
@@ -631,7 +631,9 @@ def _child(spec, err_w: int, rep_w: int, mask=None) -> None:
         # across exec, so `yes | head` inside would see EPIPE instead of dying as in a shell.
         for name in ("SIGPIPE", "SIGXFSZ"):
             _signal.signal(getattr(_signal, name), _signal.SIG_DFL)
-        if spec.own_pgrp:
+        if spec.own_session:
+            os.setsid()
+        elif spec.own_pgrp:
             os.setpgid(0, 0)
         if err_w >= 0:
             os.dup2(err_w, 2)  # dup2 clears O_CLOEXEC on fd 2
