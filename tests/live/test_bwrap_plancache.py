@@ -111,4 +111,15 @@ def test_plans_folder_is_private(sbxc):
             est = os.lstat(os.path.join(d, name))
         except FileNotFoundError:
             continue  # another run's record or temporary file (the folder is per uid, not per test)
-        assert stat.S_ISREG(est.st_mode) and stat.S_IMODE(est.st_mode) == 0o600
+        assert est.st_uid == os.getuid(), name
+        # The OCI runner's own, once any OCI run used this folder: its runs folder (private),
+        # the empty rootfs and the empty file that masks bind (empty, read-only to all).
+        if name == "runs":
+            assert stat.S_ISDIR(est.st_mode) and stat.S_IMODE(est.st_mode) == 0o700, name
+        elif name == "oci-rootfs":
+            assert stat.S_ISDIR(est.st_mode) and stat.S_IMODE(est.st_mode) == 0o755, name
+            assert os.listdir(os.path.join(d, name)) == [], name
+        elif name == "oci-empty":
+            assert stat.S_ISREG(est.st_mode) and stat.S_IMODE(est.st_mode) == 0o444 and est.st_size == 0, name
+        else:
+            assert stat.S_ISREG(est.st_mode) and stat.S_IMODE(est.st_mode) == 0o600, name
