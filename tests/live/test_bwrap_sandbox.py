@@ -510,7 +510,7 @@ def test_resolv_conf_kept(sbxc):
         assert r.rc == 0 and r.out == want, r
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
 def test_background_child_holding_stderr_does_not_hold_sbxc(sbxc, backend, tmp_path):
     """sbxc returns when the command ends, as a shell does, even when something the command
     left running keeps stderr open (bwrap ends such processes with its PID namespace;

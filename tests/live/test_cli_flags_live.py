@@ -30,7 +30,7 @@ def _landlock_ok() -> str:
     return "" if abi >= 6 else f"Landlock ABI {abi} here; the test needs 6"
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
 @pytest.mark.parametrize("flags,reach", [
     (["--network", "true"], True), (["--network", "on"], True), (["--network=yes"], True), (["--network"], True),
     (["--network", "false"], False), (["--network=off"], False), (["--no-network"], False),

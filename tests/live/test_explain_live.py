@@ -56,7 +56,7 @@ def world(tmp_path, home):
     return root, str(policy), answers, env
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
 def test_explain_says_what_the_sandbox_does(world, backend):
     why = _available(backend)
     if why:

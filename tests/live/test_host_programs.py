@@ -45,7 +45,7 @@ def _env(home, fake, path):
     return base_env(home, {"PATH": path})
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
 def test_planted_bwrap_first_on_path_never_runs(fake, project, home, backend):
     from sbxc.runtime.probe import landlock_abi
 

@@ -38,7 +38,7 @@ def _landlock_abi() -> int:
     return landlock_abi()
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
 def test_the_starter_policy_protects_git_and_turns_the_network_off(project, home, tcp_server, backend, request):
     if backend == "bwrap":
         request.getfixturevalue("bwrap_works")

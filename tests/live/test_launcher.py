@@ -67,7 +67,7 @@ def _landlock_abi() -> int:
     return landlock_abi()
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
 def test_exec_through_launcher_is_sandboxed(launcher, bwrap_works, project, home, tmp_path, tcp_server, backend):
     if backend == "landlock" and _landlock_abi() < 6:
         pytest.skip(f"Landlock ABI {_landlock_abi()} here; the builtin profile needs 6")
@@ -95,10 +95,12 @@ def test_exec_through_launcher_is_sandboxed(launcher, bwrap_works, project, home
 
     # A signal's death is reported as a shell reports it, as with the module.
     r = run([launcher, "exec", "--backend", backend, "--", "sh", "-c", "kill -TERM $$"], env=base_env(home), cwd=project)
-    assert r.rc == 128 + 15, r
+    # On OCI the shell is pid 1 of its namespace, where the kernel drops a signal it sends
+    # itself without a handler (docs/kubernetes.md): it goes on and exits 0.
+    assert r.rc == (0 if backend == "oci" else 128 + 15), r
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
 def test_cached_exec_through_launcher_imports_little(launcher, bwrap_works, project, home, backend):
     """What the file's own #! line runs, with -X importtime added: a cached run loads
     neither site (no .pth files, no sitecustomize) nor re, json, yaml, lark or pyseccomp,

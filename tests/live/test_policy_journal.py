@@ -16,7 +16,7 @@ from conftest import SANDBOX_PYTHON, base_env, run, sbxc_argv, without_plan_warn
 
 pytestmark = pytest.mark.live
 
-BACKENDS = ["bwrap", "landlock"]
+BACKENDS = ["bwrap", "landlock", "oci"]
 STRICT = "sbxc: 1\nextends: [builtin:default]\nnetwork: false\n"
 LOOSE = "sbxc: 1\nextends: [builtin:default]\nnetwork: true\n"
 

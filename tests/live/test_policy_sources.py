@@ -12,7 +12,7 @@ from conftest import base_env, run, sbxc_argv
 
 pytestmark = pytest.mark.live
 
-BACKENDS = ["bwrap", "landlock"]
+BACKENDS = ["bwrap", "landlock", "oci"]
 SECRET = "SECRET-XYZ"
 
 

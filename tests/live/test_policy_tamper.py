@@ -11,7 +11,7 @@ pytestmark = pytest.mark.live
 POLICY = "sbxc: 1\nextends: [builtin:default]\nnetwork: false\n"
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
 def test_rewritten_policy_is_named_after_the_run(sbxc, accept_all, backend):
     accept_all(os.path.join(sbxc.project, "sandbox.policy.yaml"))
     r = sbxc(POLICY, "sh", "-c", "echo 'network: true' >> sandbox.policy.yaml", args=("--backend", backend))
@@ -20,7 +20,7 @@ def test_rewritten_policy_is_named_after_the_run(sbxc, accept_all, backend):
     assert r.err.count("sbxc: warning: the policy file") == 1
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
 def test_untouched_policy_gives_no_warning(sbxc, backend):
     r = sbxc(POLICY, "sh", "-c", "echo hello > out.txt", args=("--backend", backend))
     assert r.rc == 0, r
@@ -64,7 +64,7 @@ def accept_all(bwrap_works):
             os.close(fd)
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
 def test_planted_policy_is_refused_until_accepted(sbxc, accept_all, backend):
     """The review's repro: no policy (builtin:default); the command plants one in the
     project; the next run must not silently use it."""
@@ -198,7 +198,7 @@ def test_rewritten_plan_in_the_project_is_refused(sbxc, tmp_path):
         assert not os.path.exists(marker)
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
 def test_taints_are_out_of_reach_with_a_custom_cache_root(sbxc, backend, tmp_path):
     """The taints live in the plans folder under the default root, also when the policy
     moves the cache elsewhere and makes /var/tmp writable: the default root stays masked,

@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.live
 
-BACKENDS = ["bwrap", "landlock"]
+BACKENDS = ["bwrap", "landlock", "oci"]
 
 
 def policy(backend, *profiles):
