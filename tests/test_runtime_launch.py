@@ -222,3 +222,33 @@ def test_sbxc_lines_after_the_relayed_output_start_a_line(printed):
     assert p.stderr == want + "sbxc: the runner's line\nsbxc: the core's line\n", p.stderr
     # --format json's record of sbxc's lines holds each once, and nothing of the command's.
     assert p.stdout == repr(["sbxc: the runner's line", "sbxc: the core's line"]) + "\n", p.stdout
+
+
+_HELD = r"""
+import os, sys
+from sbxc.runtime import supervise
+from sbxc.runtime.spec import LaunchSpec
+marker, after = sys.argv[1], sys.argv[2]
+script = ('printf "cp: cannot create /etc/x: Permission denied\\n" >&2; sleep 0.2; : > "$1"; sleep 0.2; '
+          'printf "%s" "$2" >&2; exit 1')
+spec = LaunchSpec(["/bin/sh", "-c", script, "sh", marker, after], {"PATH": "/usr/bin:/bin"},
+                  started=lambda: os.path.exists(marker))
+rc = supervise.run(spec, False, feedback=lambda rc, scan: f"sbxc: read {scan.denials!r}\n")
+sys.exit(rc)
+"""
+
+
+@pytest.mark.parametrize("after", ["", "more: Permission denied\n"])
+def test_stderr_held_until_the_start_is_seen_is_read_for_the_hints(tmp_path, after):
+    """A runner that tells the command's start by a file (runc's pid file) can see it only
+    after the command wrote to stderr: what was held until then is relayed and read as
+    the rest, whether more comes after the start (held, then released in the relay) or
+    not (all of it held to the end). Before, the held part reached the terminal unread:
+    the hint for a refused path after the run went missing at random on OCI."""
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    p = subprocess.run([sys.executable, "-c", _HELD, str(tmp_path / "started"), after],
+                       env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1, p
+    assert p.stderr.startswith("cp: cannot create /etc/x: Permission denied\n" + after), p.stderr
+    read = p.stderr.splitlines()[-1]
+    assert read.startswith("sbxc: read [") and "/etc/x" in read, p.stderr

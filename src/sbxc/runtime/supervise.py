@@ -444,9 +444,13 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
                 if not started:
                     if spec.started():
                         started = True
-                        for h in held:
+                        for h in held:  # the command's own, first: relayed, kept and read as the rest
+                            if len(first) < 256:
+                                first += h[: 256 - len(first)]
                             _write_all(2, h)
                             _LINE_OPEN[0] = not h.endswith(b"\n")
+                            if scan is not None:
+                                scan.feed(h)
                         held = []
                     else:
                         held.append(chunk)
@@ -459,9 +463,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
                     scan.feed(chunk)
             master[0] = -1
             os.close(err_r)
-            early = b"".join(held)
-            if scan is not None:
-                scan.finish()
+            early = b"".join(held)  # read once the runner says whose it was (below)
         else:
             early = b""
         while status is None:
@@ -495,6 +497,10 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
         if early:
             _write_all(2, early)  # the runner judged it the command's own output
             _LINE_OPEN[0] = not early.endswith(b"\n")
+            if scan is not None:
+                scan.feed(early)  # all of it came before the start was seen: nothing was read yet
+        if scan is not None:
+            scan.finish()
         if spec.command_status is not None:
             rc = spec.command_status(rc, (early + first)[:256])  # the held part came first
         if feedback is not None:
