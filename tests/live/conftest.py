@@ -337,3 +337,110 @@ def session_root(tmp_path, monkeypatch):
         finally:
             os.close(fd)
     remove_path(str(root))
+
+
+# --- a person's terminal --------------------------------------------------------------------
+
+def set_tty_size(fd, rows, cols):
+    import fcntl
+    import struct
+    import termios
+
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def pty_run_interactive(argv, env, cwd, timeout=60, interact=True, then=b""):
+    """Run ``argv`` as the session leader of a fresh pseudo-terminal, its controlling
+    terminal (a person's shell: stdin, stdout and stderr all on it, job control applies);
+    its exit code and everything it printed. ``interact``: type ``hello`` once ``READY``
+    was printed, then, once ``got hello`` was, type ``then`` or (none given) resize the
+    terminal. A run that does not end in ``timeout`` s fails the test."""
+    import pty
+    import select
+    import signal
+
+    pid, master = pty.fork()
+    if pid == 0:
+        try:
+            os.chdir(cwd)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    set_tty_size(master, 24, 80)
+    got = b""
+    step = 0
+    deadline = time.monotonic() + timeout
+    status = None
+    while time.monotonic() < deadline and status is None:
+        r, _, _ = select.select([master], [], [], 0.1)
+        if r:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every process holding the terminal is gone
+                chunk = b""
+                time.sleep(0.01)
+            got += chunk
+        if not interact:
+            pass
+        elif step == 0 and b"READY" in got:
+            os.write(master, b"hello\n")
+            step = 1
+        elif step == 1 and b"got hello" in got:
+            if then:
+                os.write(master, then)  # typed: a Ctrl-C, say, which the terminal sends its foreground group
+            else:
+                set_tty_size(master, 33, 101)  # the kernel signals the terminal's foreground group: sbxc
+            step = 2
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = st
+    try:
+        while select.select([master], [], [], 0.2)[0]:
+            chunk = os.read(master, 65536)
+            if not chunk:
+                break
+            got += chunk
+    except OSError:
+        pass
+    os.close(master)
+    if status is None:
+        states = subprocess.run(["ps", "-o", "pid,pgid,sid,stat,wchan:20,comm", "-s", str(pid)],
+                                capture_output=True, text=True).stdout
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail(f"timed out; output so far: {got!r}; its processes then:\n{states}")
+    return os.waitstatus_to_exitcode(status), got
+
+
+def pty_run(argv, env, cwd, timeout=60):
+    """``pty_run_interactive`` with nothing typed."""
+    return pty_run_interactive(argv, env, cwd, timeout, interact=False)
+
+
+def processes_naming(text: str) -> list:
+    """The pids whose command line holds ``text`` (a path, a marker)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if text.encode() in f.read():
+                        found.append(int(pid))
+            except OSError:
+                continue
+    return found
+
+
+def reap_the_killed_oci_run(root: str) -> None:
+    """An OCI run killed with its sbxc leaves its bundle folder (its lock died with sbxc);
+    a later run's reaper takes it once stale. Taken here as that reaper would, once no
+    process names the runs folder any more (the watcher's `runc delete`), so later tests
+    find no run folders: exactly one is taken."""
+    from sbxc.runtime import rundirs
+
+    runs = os.path.join(root, "plans", "runs")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and processes_naming(runs):
+        time.sleep(0.05)
+    assert not processes_naming(runs)
+    assert rundirs.reap_run_dirs(runs, now=time.time() + 2 * rundirs.STALE_AFTER) == 1

@@ -14,16 +14,13 @@ pip's registries are ``.invalid`` names.
 from __future__ import annotations
 
 import os
-import pty
-import select
 import signal
 import socket
-import struct
 import time
 
 import pytest
 
-from conftest import SANDBOX_PYTHON, base_env, run, sbxc_argv
+from conftest import SANDBOX_PYTHON, base_env, pty_run, pty_run_interactive, run, sbxc_argv
 from sbxc.runtime.hint import NETWORK_HINT
 
 pytestmark = pytest.mark.live
@@ -142,19 +139,6 @@ def test_permission_error_without_sockets_is_not_the_network(go, backend):
 
 # ---------------------------------------------------------------- in a terminal
 
-def _pty_run(argv, env, cwd, timeout=60):
-    """Run ``argv`` as a session leader on a fresh pseudo-terminal (a person's terminal:
-    stdin, stdout and stderr all on it); its exit status and everything it printed."""
-    return _pty_run_interactive(argv, env, cwd, timeout, interact=False)
-
-
-def fcntl_set_size(fd, rows, cols):
-    import fcntl
-    import termios
-
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-
-
 def _exec_argv(go, backend, pol, *cmd):
     p = os.path.join(go.project, "sandbox.policy.yaml")
     with open(p, "w") as f:
@@ -170,7 +154,7 @@ def test_hint_in_a_terminal(go, backend):
             "sys.stderr.write('a\\nb\\n'); sys.stderr.flush()\n"
             "socket.getaddrinfo('host.invalid', 443)\n")
     argv = _exec_argv(go, backend, policy(backend), SANDBOX_PYTHON, "-c", code)
-    rc, out = _pty_run(argv, base_env(go.home), go.project)
+    rc, out = pty_run(argv, base_env(go.home), go.project)
     assert rc == 1, out
     # `runc run` hands the command pipes that it copies to and from its own stdio
     # (docs/kubernetes.md); bwrap and Landlock pass the terminal on.
@@ -190,7 +174,7 @@ def test_terminal_stays_usable(go, backend):
                 "print('got', input(), flush=True)\n"
                 "time.sleep(30)\n")
         argv = _exec_argv(go, backend, policy(backend, network="true"), SANDBOX_PYTHON, "-c", code)
-        rc, out = _pty_run_interactive(argv, base_env(go.home), go.project, then=b"\x03")
+        rc, out = pty_run_interactive(argv, base_env(go.home), go.project, then=b"\x03")
         assert b"got hello" in out, out
         assert rc == 130, out  # the terminal's SIGINT reached sbxc, which ended the command with it
         return
@@ -207,7 +191,7 @@ def test_terminal_stays_usable(go, backend):
             "print('got', input(), flush=True)\n"
             "signal.pause()\n")
     argv = _exec_argv(go, backend, policy(backend, network="true"), SANDBOX_PYTHON, "-c", code)
-    rc, out = _pty_run_interactive(argv, base_env(go.home), go.project)
+    rc, out = pty_run_interactive(argv, base_env(go.home), go.project)
     assert b"start 80" in out, out
     assert b"via-dev-stderr" in out and b"Permission denied" not in out, out
     assert b"got hello" in out, out
@@ -215,64 +199,12 @@ def test_terminal_stays_usable(go, backend):
     assert rc == 0, out
 
 
-def _pty_run_interactive(argv, env, cwd, timeout=60, interact=True, then=b""):
-    pid, master = pty.fork()
-    if pid == 0:
-        try:
-            os.chdir(cwd)
-            os.execve(argv[0], argv, env)
-        finally:
-            os._exit(127)
-    fcntl_set_size(master, 24, 80)
-    got = b""
-    step = 0
-    deadline = time.monotonic() + timeout
-    status = None
-    while time.monotonic() < deadline and status is None:
-        r, _, _ = select.select([master], [], [], 0.1)
-        if r:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: every process holding the terminal is gone
-                chunk = b""
-                time.sleep(0.01)
-            got += chunk
-        if not interact:
-            pass
-        elif step == 0 and b"READY" in got:
-            os.write(master, b"hello\n")
-            step = 1
-        elif step == 1 and b"got hello" in got:
-            if then:
-                os.write(master, then)  # typed: a Ctrl-C, say, which the terminal sends its foreground group
-            else:
-                fcntl_set_size(master, 33, 101)  # the kernel signals the terminal's foreground group: sbxc
-            step = 2
-        done, st = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = st
-    try:
-        while select.select([master], [], [], 0.2)[0]:
-            chunk = os.read(master, 65536)
-            if not chunk:
-                break
-            got += chunk
-    except OSError:
-        pass
-    os.close(master)
-    if status is None:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail(f"timed out; output so far: {got!r}")
-    return os.waitstatus_to_exitcode(status), got
-
-
 def test_npm_in_a_terminal_fails_fast_with_the_hint(go, backend):
     pol = policy(backend)
     go(pol, "true")
     argv = _exec_argv(go, backend, pol, *timed(NPM))
     for _ in range(2):  # once more if slow: a loaded machine slows start-up, not a retry storm
-        rc, out = _pty_run(argv, base_env(go.home), go.project, timeout=120)
+        rc, out = pty_run(argv, base_env(go.home), go.project, timeout=120)
         ms = elapsed_ms(out.decode("utf-8", "replace").replace("\r", ""))
         if ms < 2000:
             break

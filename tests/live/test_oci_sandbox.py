@@ -20,7 +20,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cases  # noqa: E402
-from conftest import SANDBOX_PYTHON, base_env, run, sbxc_argv  # noqa: E402
+from conftest import SANDBOX_PYTHON, base_env, pty_run, pty_run_interactive, run, sbxc_argv  # noqa: E402
 from sbxc.compiler.decide import decide  # noqa: E402
 
 pytestmark = pytest.mark.live
@@ -690,46 +690,6 @@ def test_a_bare_name_runs_without_a_path_variable(backend, request, sbxc):
     assert r.rc == 127 and "command not found" in r.err, r
 
 
-def _on_a_terminal(argv, env, cwd, typed: bytes, after: bytes, timeout=30.0):
-    """``argv`` as the session leader of a fresh pseudo-terminal, its controlling terminal
-    (a person's shell: job control applies); ``typed`` is written once ``after`` was
-    printed. (exit code or None when it had not ended in ``timeout`` s, what it printed,
-    the states of its processes then)."""
-    import pty
-    import select
-    import time
-
-    pid, master = pty.fork()
-    if pid == 0:
-        try:
-            os.chdir(cwd)
-            os.execve(argv[0], argv, env)
-        finally:
-            os._exit(127)
-    got, sent, status = b"", False, None
-    deadline = time.monotonic() + timeout
-    while status is None and time.monotonic() < deadline:
-        if select.select([master], [], [], 0.05)[0]:
-            try:
-                got += os.read(master, 65536)
-            except OSError:
-                time.sleep(0.01)
-        if not sent and after in got:
-            os.write(master, typed)
-            sent = True
-        done, st = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = os.waitstatus_to_exitcode(st)
-    states = ""
-    if status is None:
-        states = subprocess.run(["ps", "-o", "pid,pgid,sid,stat,wchan:20,comm", "-s", str(pid)],
-                                capture_output=True, text=True).stdout
-        os.kill(pid, 9)  # sbxc: its watcher deletes the container
-        os.waitpid(pid, 0)
-    os.close(master)
-    return status, got, states
-
-
 @pytest.mark.parametrize("network", ["false", "[allow pkgs.example.invalid]"])
 def test_a_run_on_the_callers_terminal_reads_what_is_typed(runc, sbxc, network):
     """Started from a terminal, as from a shell: `runc run` copies its standard input to the
@@ -744,8 +704,8 @@ def test_a_run_on_the_callers_terminal_reads_what_is_typed(runc, sbxc, network):
             "print('tty', os.isatty(0), os.isatty(1), 'READY', flush=True)\n"
             "print('got', input(), flush=True)\n")
     argv = sbxc_argv("exec", "--backend", "oci", "--", SANDBOX_PYTHON, "-c", code)
-    rc, out, states = _on_a_terminal(argv, base_env(sbxc.home), sbxc.project, b"hello\n", b"READY")
-    assert rc == 0, (out, states)
+    rc, out = pty_run_interactive(argv, base_env(sbxc.home), sbxc.project, timeout=30)
+    assert rc == 0, out
     assert b"got hello" in out, out
     # runc's own pipes without host rules; the caller's terminal itself with them
     assert (b"tty False False" if network == "false" else b"tty True True") in out, out
@@ -762,5 +722,5 @@ def test_a_run_on_the_callers_terminal_reads_what_is_typed(runc, sbxc, network):
                "os.kill(pid, 9)\n"
                "os.waitpid(pid, 0)\n"
                "print('state', state, flush=True)\n")
-    rc, out, _ = _on_a_terminal([SANDBOX_PYTHON, "-c", control], base_env(sbxc.home), sbxc.project, b"", b"\0")
+    rc, out = pty_run([SANDBOX_PYTHON, "-c", control], base_env(sbxc.home), sbxc.project, timeout=30)
     assert rc == 0 and b"state T" in out, out  # T: stopped by SIGTTIN, before it read anything

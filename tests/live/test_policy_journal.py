@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import SANDBOX_PYTHON, base_env, run, sbxc_argv, without_plan_warnings
+from conftest import SANDBOX_PYTHON, base_env, reap_the_killed_oci_run, run, sbxc_argv, without_plan_warnings
 
 pytestmark = pytest.mark.live
 
@@ -87,34 +87,7 @@ def test_sbxc_killed_after_the_command_started_leaves_the_run_open(sbxc, loose_c
     r = _exec(home, project, "touch", marker, args=("--backend", backend))
     assert r.rc == 0 and os.path.exists(marker), r
     if backend == "oci":
-        _reap_the_killed_run(base_env(home)["SBXC_ROOT"])
-
-
-def _reap_the_killed_run(root: str) -> None:
-    """An OCI run killed with its sbxc leaves its bundle folder (its lock died with sbxc)
-    once the watcher has deleted the container; a later run's reaper takes it when stale.
-    Taken here as that reaper would, so later tests find no run folders."""
-    from sbxc.runtime import rundirs
-
-    runs = os.path.join(root, "plans", "runs")
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and _processes_naming(runs):
-        time.sleep(0.05)  # the watcher's `runc delete` still at work
-    assert not _processes_naming(runs)
-    assert rundirs.reap_run_dirs(runs, now=time.time() + 2 * rundirs.STALE_AFTER) == 1
-
-
-def _processes_naming(path: str) -> list:
-    found = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if path.encode() in f.read():
-                        found.append(int(pid))
-            except OSError:
-                continue
-    return found
+        reap_the_killed_oci_run(base_env(home)["SBXC_ROOT"])
 
 
 LOWER_LIMITS = r"""

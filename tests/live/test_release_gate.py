@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, base_env, run
+from conftest import PYTHON, base_env, processes_naming, reap_the_killed_oci_run, run
 
 pytestmark = pytest.mark.live
 
@@ -62,20 +62,6 @@ def _drive(mode, project, home, marker, backend="bwrap"):
     return run([PYTHON, "-c", DRIVER, mode, "--", *cmd], env=env, cwd=project)
 
 
-def _left(marker) -> list:
-    """Processes whose command line names ``marker`` (the command, or anything holding it)."""
-    left = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        left.append(pid)
-            except OSError:
-                pass
-    return left
-
-
 @pytest.mark.parametrize("gated", GATED, indirect=True)
 def test_killed_before_release_command_never_runs(gated, project, home):
     marker = os.path.join(project, "MARKER")
@@ -86,16 +72,11 @@ def test_killed_before_release_command_never_runs(gated, project, home):
     # start more than enough time to show.
     time.sleep(1.0)
     assert not os.path.exists(marker), "the command ran although sbxc never released it"
-    assert not _left(marker)
+    assert not processes_naming(marker)
     if gated == "oci":
         # runc read end of file for its config and ended, having made nothing.
-        assert not [p for p in _left(base_env(home)["SBXC_ROOT"]) if b"runc" in _cmdline(p)]
-        # The killed run's folder (its lock died with sbxc) goes as the next run's reaper
-        # would take it once stale; later tests expect a plans folder without run folders.
-        from sbxc.runtime import rundirs
-
-        runs = os.path.join(base_env(home)["SBXC_ROOT"], "plans", "runs")
-        assert rundirs.reap_run_dirs(runs, now=time.time() + 2 * rundirs.STALE_AFTER) == 1
+        assert not [p for p in processes_naming(base_env(home)["SBXC_ROOT"]) if b"runc" in _cmdline(p)]
+        reap_the_killed_oci_run(base_env(home)["SBXC_ROOT"])
 
 
 def _cmdline(pid) -> bytes:
@@ -172,7 +153,7 @@ def test_refusal_after_bwrap_started_leaves_no_process(gated, project, home, tmp
     time.sleep(0.5)
     assert not os.path.exists(marker)
     # No bwrap of this run is left (its child would hold the project folder open).
-    assert not _left(marker)
+    assert not processes_naming(marker)
 
 
 def _entry_for(project, env):

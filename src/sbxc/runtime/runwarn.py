@@ -16,11 +16,11 @@ import sys
 
 from .errors import one_line
 
+_DISCARDED = ("the current folder {cwd} lies under `{rule}` ({where}): what the command writes there is "
+              "discarded when it ends; run it from a folder with a `write` rule to keep its output")
 _CWD_TMPFS = {
-    "bwrap": "the current folder {cwd} lies under `{rule}` ({where}): what the command writes there is "
-             "discarded when it ends; run it from a folder with a `write` rule to keep its output",
-    "oci": "the current folder {cwd} lies under `{rule}` ({where}): what the command writes there is "
-           "discarded when it ends; run it from a folder with a `write` rule to keep its output",
+    "bwrap": _DISCARDED,  # both mount a tmpfs there
+    "oci": _DISCARDED,
     "landlock": "the current folder {cwd} lies under `{rule}` ({where}): on Landlock the command cannot use "
                 "it (it gets a fresh per-run folder in $TMPDIR instead); run it from a folder with a `write` "
                 "rule",

@@ -201,6 +201,17 @@ def own_line(text: str, to_fd: bool = False) -> None:
         note(text)
 
 
+def _take(chunk: bytes, first: bytearray, scan) -> None:
+    """A chunk of the command's stderr, once it is known to be the command's: relayed to
+    sbxc's stderr, its start kept in ``first`` (256 bytes in all), read by ``scan``."""
+    if len(first) < 256:
+        first += chunk[: 256 - len(first)]
+    _write_all(2, chunk)
+    _LINE_OPEN[0] = not chunk.endswith(b"\n")
+    if scan is not None:
+        scan.feed(chunk)
+
+
 def _write_all(fd: int, data: bytes) -> bool:
     while data:
         try:
@@ -420,7 +431,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
             if released:
                 _stop_holding(holding, held, forward)  # one that came during the release
 
-        first = b""
+        first = bytearray()  # the first 256 bytes of the command's stderr, for command_status
         status = None
         scan = None
         _LINE_OPEN[0] = False  # what was relayed to stderr ended in the middle of a line
@@ -442,25 +453,13 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
                     status = chunk  # the child ended (its wait status)
                     continue
                 if not started:
-                    if spec.started():
-                        started = True
-                        for h in held:  # the command's own, first: relayed, kept and read as the rest
-                            if len(first) < 256:
-                                first += h[: 256 - len(first)]
-                            _write_all(2, h)
-                            _LINE_OPEN[0] = not h.endswith(b"\n")
-                            if scan is not None:
-                                scan.feed(h)
-                        held = []
-                    else:
+                    if not spec.started():
                         held.append(chunk)
                         continue
-                if len(first) < 256:
-                    first += chunk[: 256 - len(first)]
-                _write_all(2, chunk)
-                _LINE_OPEN[0] = not chunk.endswith(b"\n")
-                if scan is not None:
-                    scan.feed(chunk)
+                    started = True
+                    chunk = b"".join(held) + chunk  # the command's own, first: taken as the rest
+                    held = []
+                _take(chunk, first, scan)
             master[0] = -1
             os.close(err_r)
             early = b"".join(held)  # read once the runner says whose it was (below)
@@ -495,14 +494,13 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
                 own_line(refusal.line() + "\n")  # on a line of its own, also after output cut mid-line
                 return REFUSED
         if early:
-            _write_all(2, early)  # the runner judged it the command's own output
-            _LINE_OPEN[0] = not early.endswith(b"\n")
-            if scan is not None:
-                scan.feed(early)  # all of it came before the start was seen: nothing was read yet
+            # The runner judged it the command's own output, all of it held: nothing was
+            # taken before it.
+            _take(early, first, scan)
         if scan is not None:
             scan.finish()
         if spec.command_status is not None:
-            rc = spec.command_status(rc, (early + first)[:256])  # the held part came first
+            rc = spec.command_status(rc, bytes(first))
         if feedback is not None:
             # The command ran (a refusal or a failed exec returned above): the plan's
             # warnings, then what its stderr calls for, after all of its output.
