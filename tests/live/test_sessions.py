@@ -1,5 +1,6 @@
-"""Per-session workspaces, live: real sandboxes on both Linux backends, checked from inside
-the command and by comparing the host project byte for byte."""
+"""Per-session workspaces, live: real sandboxes on the three Linux backends (bwrap,
+Landlock, runc), checked from inside the command and by comparing the host project byte
+for byte."""
 from __future__ import annotations
 
 import hashlib
@@ -12,9 +13,11 @@ import time
 
 import pytest
 
-from conftest import SANDBOX_PYTHON, base_env, run, sbxc_argv
+from conftest import SANDBOX_PYTHON, base_env, reap_the_killed_oci_run, run, runc_for, sbxc_argv
 
-BACKENDS = ["bwrap", "landlock"]
+BACKENDS = ["bwrap", "landlock", "oci"]
+MOUNTED = ("bwrap", "oci")
+"""The backends that mount the workspace at the project's own path (Landlock cannot)."""
 
 
 def _landlock_ok():
@@ -32,6 +35,7 @@ def own_root(session_root):
 def backend(request, bwrap_works):
     if request.param == "landlock" and not _landlock_ok():
         pytest.skip("no Landlock on this kernel")
+    runc_for(request)
     return request.param
 
 
@@ -108,7 +112,7 @@ def test_containment_host_project_unchanged(s, project, tmp_path):
     assert not os.path.exists(outside / "planted")
     r = s.sh(sid, f"cat {project}/abs.txt; echo; (echo y >> {project}/README) 2>/dev/null && echo host-writable "
                   "|| echo host-ro")
-    if s.backend == "bwrap":
+    if s.backend in MOUNTED:
         # The workspace sits at the project's own path: the absolute write landed in it.
         assert r.out.startswith("abs") and "host-writable" in r.out, r
     else:
@@ -118,6 +122,69 @@ def test_containment_host_project_unchanged(s, project, tmp_path):
     # Control: the same writes without a session do reach the host.
     c = s("exec", "--backend", s.backend, "--", "sh", "-c", "echo changed > README")
     assert c.rc == 0 and open(os.path.join(project, "README")).read() == "changed\n", c
+    assert s("session", "stop", sid).rc == 0
+
+
+@pytest.mark.parametrize("above", ["read", "write"])
+def test_a_project_reached_through_a_rule_above_it_is_the_workspace(backend, home, tmp_path, above):
+    """The policy has no rule of the project's own: a folder above it is read-only (``read
+    /``) or writable (``write`` on the project's parent). On bwrap and runc the workspace is
+    bound over the project with that rule's access: the command reads the workspace's copy
+    (changed here, on the host, after the start), a write lands in it and never in the
+    host project. On Landlock the command starts in the workspace; a writable folder above
+    the project is refused there (the host's copy would stay writable). The control: the
+    folder above is really writable, outside the project. (The project lies in a folder of
+    its own here: the test's folder holds sbxc's root, whose mask would split a rule on it.)"""
+    parent = str(tmp_path / "up")
+    project = os.path.join(parent, "project")
+    os.makedirs(os.path.join(project, "src"))
+    s = S(project, home, backend)
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write("sbxc: 1\nnetwork: false\nfilesystem:\n  - read /\n"
+                + (f"  - write {parent}\n" if above == "write" else ""))
+    fill(project)
+    before = tree_state(project)
+    sid = s.start("--policy", os.path.join(project, "sandbox.policy.yaml"))
+    with open(os.path.join(sessions_root(), f"s-{sid}", "ws", "README"), "w") as f:
+        f.write("from the workspace\n")
+    r = s.sh(sid, f"cat README; (echo new > made) 2>/dev/null && echo wrote || echo refused; "
+                  f"echo out > {parent}/outside 2>/dev/null; true")
+    if s.backend == "landlock" and above == "write":
+        assert r.rc == 125 and r.out == "" and "which holds the project" in r.err, r
+    else:
+        assert r.rc == 0 and r.out.splitlines() == ["from the workspace", "wrote" if above == "write" else "refused"], r
+    if s.backend in MOUNTED:
+        r = s.sh(sid, f"cat {project}/README")
+        assert r.out == "from the workspace\n", r  # the project's own path is the workspace
+    assert tree_state(project) == before, "the host project changed"
+    if above == "write" and s.backend in MOUNTED:
+        with open(os.path.join(parent, "outside")) as f:
+            assert f.read() == "out\n"  # the control
+    assert s("session", "stop", sid).rc == 0
+
+
+def test_a_session_command_is_checked_in_the_workspace(s, project):
+    """What the runner checks of the command's file before the start is the workspace's
+    copy, not the host project's: a script the session made without a ``#!`` runs under
+    sh, as a shell would run it; one that names a missing interpreter is 127; one the
+    session made non-executable is 126; one the host project never had runs."""
+    fill(project)
+    sid = s.start()
+    ws = os.path.join(sessions_root(), f"s-{sid}", "ws")
+    # Made in the workspace from here, as a command of the session would make them
+    # (Landlock as root refuses chmod inside the sandbox).
+    for name, text in (("plain", "echo plain script\n"), ("lost", "#!/no/such/sh\n"), ("mine", "#!/bin/sh\necho only here\n")):
+        with open(os.path.join(ws, name), "w") as f:
+            f.write(text)
+        os.chmod(os.path.join(ws, name), 0o755)
+    os.chmod(os.path.join(ws, "run.sh"), 0o644)
+    for argv, rc, out in ((["./plain"], 0, "plain script\n"), (["./lost"], 127, ""),
+                          (["./run.sh"], 126, ""), (["./mine"], 0, "only here\n")):
+        r = s("exec", "--backend", s.backend, "--session", sid, "--", *argv)
+        assert (r.rc, r.out) == (rc, out), (argv, r)
+    assert not os.path.exists(os.path.join(project, "mine"))
+    r = s("exec", "--backend", s.backend, "--", "./run.sh")
+    assert r.rc == 0, r  # the control: the host project's copy runs
     assert s("session", "stop", sid).rc == 0
 
 
@@ -228,8 +295,8 @@ def test_a_link_planted_in_the_workspace_never_carries_a_rule_to_the_host(s, pro
     Landlock the rules are paths opened in the command's process: a plain open followed the
     link, and the next command of the session could write the host project through it. Each
     rule below the workspace is now reached one folder at a time without following a link,
-    and such a run is refused before the command (125, one line). On bwrap the workspace is
-    the mount source, so the link changes nothing there. The control: the first command
+    and such a run is refused before the command (125, one line). On bwrap and runc the
+    workspace is the mount source, so the link changes nothing there. The control: the first command
     made the link, and the host's file is the one it points to."""
     os.makedirs(os.path.join(project, "a", "b"))
     with open(os.path.join(project, "a", "secret"), "w") as f:
@@ -240,8 +307,8 @@ def test_a_link_planted_in_the_workspace_never_carries_a_rule_to_the_host(s, pro
         f.write("sbxc: 1\nextends: [builtin:default]\nnetwork: false\nfilesystem:\n  - mask {project}/a/secret\n")
     sid = s.start("--policy", os.path.join(project, "sandbox.policy.yaml"))
     r = s.sh(sid, f"mv a a.orig && ln -s {project}/a a && readlink a")
-    if s.backend == "bwrap":
-        # The folders above a deeper rule are mount points in bwrap's sandbox: no rename.
+    if s.backend in MOUNTED:
+        # The folders above a deeper rule are mount points in the sandbox: no rename.
         assert r.rc != 0 and "busy" in r.err, r
     else:
         assert r.rc == 0 and r.out.strip() == os.path.join(project, "a"), r  # the control
@@ -256,8 +323,8 @@ def test_a_link_planted_in_the_workspace_never_carries_a_rule_to_the_host(s, pro
 
 
 def test_a_link_in_the_workspace_never_chooses_a_bind_source(s, project, tmp_path):
-    """bwrap binds a rule inside the project from the workspace, and resolves the source on
-    the host, following links. A command of the session leaves `out` as a relative link to
+    """bwrap and runc bind a rule inside the project from the workspace, and resolve the
+    source on the host, following links. A command of the session leaves `out` as a relative link to
     a host folder the policy keeps read-only; once `write? {project}/out` applies (the
     person makes `out` in the host project), that folder would be bound writable at
     {project}/out. Such a run is refused (125, one line). On Landlock the rule is opened
@@ -276,7 +343,7 @@ def test_a_link_in_the_workspace_never_chooses_a_bind_source(s, project, tmp_pat
     assert "linked" in r.out and f"cannot create {victim}/v.txt" in r.err, r  # the control
     os.mkdir(os.path.join(project, "out"))
     r = s.sh(sid, "echo FROM-SESSION > out/v.txt; echo rc=$?")
-    if s.backend == "bwrap":
+    if s.backend in MOUNTED:
         refusals = [ln for ln in r.err.splitlines() if not ln.startswith("sbxc: warning: ")]
         assert r.rc == 125 and r.out == "" and len(refusals) == 1, r
         assert "is a symlink, and the policy binds that path" in r.err, r
@@ -467,8 +534,14 @@ def test_a_killed_ephemeral_run_leaves_no_session_that_takes_a_place(s, project)
         while time.monotonic() < deadline and "an exec --ephemeral runs in it" not in s("session", "list").out:
             time.sleep(0.1)
         assert "an exec --ephemeral runs in it" in s("session", "list").out  # the control
-        os.killpg(p.pid, signal.SIGKILL)  # sbxc and its sandbox: nothing can clean up
+        if s.backend == "oci":
+            # sbxc alone (runc runs in a session of its own): its watcher ends the container.
+            os.kill(p.pid, signal.SIGKILL)
+        else:
+            os.killpg(p.pid, signal.SIGKILL)  # sbxc and its sandbox: nothing can clean up
         p.wait()
+        if s.backend == "oci":
+            reap_the_killed_oci_run(os.environ["SBXC_ROOT"])
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and "[interrupted" not in s("session", "list").out:
             time.sleep(0.1)

@@ -52,7 +52,7 @@ from ..layout import BWRAP_EMPTY_FD as EMPTY_FD  # noqa: F401 (the runtime's pla
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
 from .lowered import Lowered
 from .mountrules import folders_between as _between, host_network_verdicts, parent_rule as _parent_rule, settled
-from .mountrules import rule_subject as _subject
+from .mountrules import rule_subject as _subject, session_verdicts
 
 NAME = "bwrap"
 DEV_FILES = ("null", "zero", "full", "random", "urandom", "tty", "console", "pts", "ptmx", "shm", "fd", "stdin",
@@ -203,7 +203,7 @@ def lower(plan: Plan, host) -> Lowered:
         # no rule covers is not there (SPEC §2), so it must not be creatable either.
         argv += ["--remount-ro", "/"]
 
-    verdicts += _session_verdicts(plan)
+    verdicts += session_verdicts(NAME, plan)
     if net.mode == NET_ON:
         verdicts += host_network_verdicts(NAME, net, host.landlock_abi)
     elif net.mode == NET_OFF:
@@ -253,16 +253,3 @@ def host_subject(h) -> str:
     return f"allow {h.host}{ports}{where}"
 
 
-def _session_verdicts(plan) -> list:
-    """Rows for a policy that sets ``workspace:`` (runtime/session_mounts does the work)."""
-    ws = dict(plan.workspace)
-    span = ws.get("span")
-    if span is None:
-        return []
-    # The workspace is bound at the project's own path, under the same rules.
-    out = [verdict(NAME, "session workspaces", ENFORCED, span)]
-    if "max_bytes" in ws:
-        out.append(verdict(NAME, "workspace.max_bytes", PARTIAL, span,
-                           "sizes are checked between commands (after each command, at session apply and at "
-                           "stop --snapshot), not enforced while a command writes"))
-    return out

@@ -1,6 +1,7 @@
 """What the mount-based backends (bwrap, OCI) share: the verdicts they give alike before each
 decides how to mount a rule (a rule under the sandbox's own /proc or /dev, a mask that needs
-no mount), and how they name a rule, find its parent rule and the folders between them."""
+no mount), how they name a rule, find its parent rule and the folders between them, and
+their rows for session workspaces."""
 from __future__ import annotations
 
 from typing import Optional
@@ -121,4 +122,19 @@ def host_network_verdicts(backend: str, net, landlock_abi: int) -> list:
                            f"the command shares the host's network namespace and can connect to host "
                            f"processes' abstract Unix sockets (X11, D-Bus); Landlock ABI "
                            f"{landlock_abi} here has no scope for them (needs 6)"))
+    return out
+
+
+def session_verdicts(backend: str, plan) -> list:
+    """Rows for a policy that sets ``workspace:``: both runners bind the workspace at the
+    project's own path, under the same rules (runtime/session_mounts does the work)."""
+    ws = dict(plan.workspace)
+    span = ws.get("span")
+    if span is None:
+        return []
+    out = [verdict(backend, "session workspaces", ENFORCED, span)]
+    if "max_bytes" in ws:
+        out.append(verdict(backend, "workspace.max_bytes", PARTIAL, span,
+                           "sizes are checked between commands (after each command, at session apply and at "
+                           "stop --snapshot), not enforced while a command writes"))
     return out

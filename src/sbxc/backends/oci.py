@@ -48,7 +48,7 @@ from ..compiler.plan import (
 from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
 from .lowered import Lowered
 from .mountrules import folders_between as _between, host_network_verdicts, parent_rule as _parent_rule, settled
-from .mountrules import rule_subject as _subject
+from .mountrules import rule_subject as _subject, session_verdicts
 
 NAME = "oci"
 OCI_VERSION = "1.0.2"
@@ -363,11 +363,7 @@ def lower(plan: Plan, host) -> Lowered:
                                          "and so no network")
             verdicts.append(verdict(NAME, host_subject(h), status, h.span, why))
 
-    ws_span = dict(plan.workspace).get("span")
-    if ws_span is not None:
-        verdicts.append(verdict(NAME, "session workspaces", NARROWED, ws_span,
-                                "the runc runner has no session workspace: exec --session and --ephemeral refuse on "
-                                "this backend (use bwrap or landlock); plain runs are unaffected"))
+    verdicts += session_verdicts(NAME, plan)
     verdicts.append(verdict(NAME, "ipc", ENFORCED, BUILTIN_SPAN))
     verdicts.append(verdict(NAME, "processes", ENFORCED, BUILTIN_SPAN))
     verdicts.append(verdict(NAME, "capabilities", ENFORCED, BUILTIN_SPAN))

@@ -154,8 +154,12 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
 
     # The command's own process execs it, so the name is looked up as its shell would;
     # the core answered 127 already for a program not on PATH.
+    # A relative name is from the folder the command starts in: a session's is in the
+    # workspace (``./build.sh`` is the workspace's copy, not the host project's).
     cmd0 = cmd[0] if "/" in cmd[0] else find_command(cmd[0], env)
-    argv = [(cmd0 if cmd0.startswith("/") else os.path.abspath(cmd0)) if cmd0 else cmd[0]] + list(cmd[1:])
+    if cmd0 and not cmd0.startswith("/"):
+        cmd0 = start_in.rstrip("/") + "/" + cmd0 if start_in is not None else os.path.abspath(cmd0)
+    argv = [cmd0 or cmd[0]] + list(cmd[1:])
     return LaunchSpec(argv, env, child_setup=child_setup, exec_is_command=True, cleanups=cleanups,
                       after_exit=lambda: _after_exit(limits, getattr(ctx, "proxy", None)))
 

@@ -22,7 +22,7 @@ from .spec import Context, Feedback, RunState
 from .staleness import HostNow, why_stale
 
 # backend name (sbxc.layout.BACKENDS) -> its runner
-SESSION_RUNNERS = ("bwrap", "landlock")
+SESSION_RUNNERS = ("bwrap", "landlock", "oci")
 """The runners that put a session's workspace in the project's place."""
 
 RUNNERS = {
@@ -172,7 +172,7 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             if backend not in SESSION_RUNNERS:
                 # The runner would ignore the workspace and run in the host project.
                 raise Refusal(f"session workspaces are not supported on the {backend} backend",
-                              "run the session with --backend bwrap or --backend landlock")
+                              "run the session with --backend bwrap, landlock or oci")
             if rt.get("project") != workspace.project:
                 raise Refusal(f"the session is of the project {workspace.project}, the policy's project is "
                               f"{rt.get('project')}", "run it with the session's policy (or from its project)")

@@ -156,12 +156,13 @@ def _binfmt_misc() -> bool:
     return any(n not in ("register", "status") for n in names)
 
 
-def _shown(path: str, checks, links=()) -> str:
+def _shown(path: str, checks, links=(), at=None) -> str:
     """``path`` resolved as the sandbox shows it: the real path, or '' when it or a link met
     on the way lies where the plan shows nothing (a mask, no rule, inside a tmpfs) or is
     missing. Each component is looked at where it lies, as the kernel walks it. (Not
     ``sbxc.linkwalk``, which judges the same links: it imports ``os`` and ``posixpath``,
-    which a cached run otherwise never loads.)"""
+    which a cached run otherwise never loads.) ``at``: None, or where the host holds what
+    the sandbox shows at a path (a session's workspace: ``session_mounts.host_path``)."""
     from .staleness import deepest_check
 
     parts = [p for p in path.split("/") if p and p != "."]
@@ -182,10 +183,11 @@ def _shown(path: str, checks, links=()) -> str:
             if not any(isinstance(c, (list, tuple)) and c and isinstance(c[0], str) and c[0].startswith(below)
                        for c in checks):
                 return ""
+        here = at(cand) if at is not None else cand
         try:
-            target = os.readlink(cand)
+            target = os.readlink(here)
         except OSError:
-            if not os.path.lexists(cand):
+            if not os.path.lexists(here):
                 return ""
             cur = cand
             continue
@@ -198,16 +200,18 @@ def _shown(path: str, checks, links=()) -> str:
     return cur or "/"
 
 
-def _interpreter(path: str, cwd: str, checks, depth: int = 0, links=()) -> int:
+def _interpreter(path: str, cwd: str, checks, depth: int = 0, links=(), at=None) -> int:
     """0 when the kernel can open ``path`` as a program's interpreter inside the sandbox, else
     the shell's status for why not: 127 when it is missing (here, or hidden by the plan on
     the way to it), 126 when it is no regular file with execute permission. An interpreter
     that is itself a ``#!`` script is followed, as the kernel follows it (4 levels)."""
     if not path.startswith("/"):
         path = cwd.rstrip("/") + "/" + path  # relative: from the process's working folder
-    real = _shown(path, checks, links)
+    real = _shown(path, checks, links, at)
     if not real:
         return 127
+    if at is not None:
+        real = at(real)
     try:
         st = os.stat(real)
     except OSError:
@@ -224,7 +228,7 @@ def _interpreter(path: str, cwd: str, checks, depth: int = 0, links=()) -> int:
         _code, inner = _format(os.pread(f, 256, 0), f)
     finally:
         os.close(f)
-    return _interpreter(inner, cwd, checks, depth + 1, links) if inner else 0
+    return _interpreter(inner, cwd, checks, depth + 1, links, at) if inner else 0
 
 
 def _format(head: bytes, f: int):
@@ -257,7 +261,7 @@ def _script_interpreter(head: bytes):
     return os.fsdecode(name)
 
 
-def program(cmd: list, env: dict, cwd: str, checks=(), links=()) -> list:
+def program(cmd: list, env: dict, cwd: str, checks=(), links=(), at=None) -> list:
     """The command's argv for runc, or NotStartable (126/127) when the file it names cannot
     be executed: checked here, on the host, before the container exists.
 
@@ -274,13 +278,18 @@ def program(cmd: list, env: dict, cwd: str, checks=(), links=()) -> list:
     or for another machine is 126. A file that is neither ELF nor ``#!`` with a name is run
     by ``/bin/sh``, as execvp (bwrap) and the Landlock runner do (unless binfmt_misc has
     handlers, which may take it). A failure of the exec that this does not foresee is the
-    status runc gives (1)."""
+    status runc gives (1). ``at``: as for ``_shown`` (a session's run: the file is looked
+    at in the workspace, found by the sandbox's own path, links walked one at a time)."""
     from .probe import find_command
     from .errors import NotStartable
 
     name = cmd[0]
-    path = (name if name.startswith("/") else cwd.rstrip("/") + "/" + name) if "/" in name else \
-        find_command(name, env if env.get("PATH") else {})
+    if "/" in name:
+        path = name if name.startswith("/") else cwd.rstrip("/") + "/" + name
+    elif at is None:
+        path = find_command(name, env if env.get("PATH") else {})
+    else:
+        path = _find_shown(name, env, cwd, checks, links, at)
     if not path:
         return list(cmd)  # not on this host's PATH: runc's own search reports it (127)
     args = list(cmd)
@@ -288,16 +297,22 @@ def program(cmd: list, env: dict, cwd: str, checks=(), links=()) -> list:
         # No PATH for the command: a shell, bwrap's execvp and the core's 127 check search a
         # default path, runc searches none ("not found"): the file found on it is named.
         args[0] = path
+    host = path
+    if at is not None:
+        real = _shown(path, checks, links, at)
+        if not real:
+            return args  # missing or hidden in the sandbox: runc's own search decides
+        host = at(real)
     try:
-        st = os.stat(path)
+        st = os.stat(host)
     except OSError:
         return args  # gone, or not reachable here: runc's own search decides
-    if st.st_mode & 0o170000 != 0o100000 or not os.access(path, os.X_OK):
+    if st.st_mode & 0o170000 != 0o100000 or not os.access(host, os.X_OK):
         # A folder, a FIFO, a device or a socket: execve refuses them all (EACCES), and a
         # FIFO would block the read below.
         raise NotStartable(126, name)
     try:
-        f = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        f = os.open(host, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return args  # execute-only: nothing to read, the kernel decides
     try:
@@ -305,7 +320,7 @@ def program(cmd: list, env: dict, cwd: str, checks=(), links=()) -> list:
         if code:
             raise NotStartable(code, name)  # cut short, or for another machine: ENOEXEC
         if interp:
-            code = _interpreter(interp, cwd, checks, links=links)
+            code = _interpreter(interp, cwd, checks, links=links, at=at)
             if code:
                 raise NotStartable(code, name)
         elif code is None and not _binfmt_misc():
@@ -316,6 +331,17 @@ def program(cmd: list, env: dict, cwd: str, checks=(), links=()) -> list:
     finally:
         os.close(f)
     return args
+
+
+def _find_shown(name: str, env: dict, cwd: str, checks, links, at) -> str:
+    """``probe.find_command`` as the sandbox shows the files (a session's run: PATH folders
+    in the project are the workspace's): the path found, made absolute, or ''."""
+    for d in (env.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":"):
+        p = (d if d.startswith("/") else cwd.rstrip("/") + "/" + (d or ".")) + "/" + name
+        real = _shown(p, checks, links, at)
+        if real and os.access(at(real), os.X_OK) and not os.path.isdir(at(real)):
+            return p
+    return ""
 
 
 def runc_failure(msg: str) -> Refusal:
@@ -395,6 +421,13 @@ def _config(planfile: dict, cmd: list, env: dict, ctx, shared=None) -> dict:
             m["source"] = shared[1]
         for where in masks(m["destination"]):
             mounts.append(dict(m, destination=where))
+    ws = getattr(ctx, "workspace", None)
+    if ws is not None:
+        from .session_mounts import oci_mounts
+        from .staleness import deepest_check
+
+        check = deepest_check((planfile.get("runtime") or {}).get("checks") or (), ws.project)
+        mounts = oci_mounts(mounts, ws.project, ws.path, check[2] if check is not None else "none")
     linux = dict(config.get("linux") or {})
     net = (planfile.get("runtime") or {}).get("network", "on")
     if net != "on" and not any(isinstance(n, dict) and n.get("type") == "network" and not n.get("path")
@@ -827,7 +860,13 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         raise Refusal(f"the current folder {cwd} is not in the sandbox (policy: {access})",
                       "run sbxc from a folder the policy shows, e.g. the project")
     made = {ln[0] for ln in low.get("links") or () if isinstance(ln, (list, tuple)) and ln and isinstance(ln[0], str)}
-    cmd = program(cmd, env, cwd, (planfile.get("runtime") or {}).get("checks") or (), made)  # 126/127 first, as a shell
+    at = None
+    if ctx.workspace is not None:
+        from .session_mounts import host_path
+
+        project, ws_path = ctx.workspace.project, ctx.workspace.path
+        at = lambda p: host_path(p, project, ws_path)  # noqa: E731
+    cmd = program(cmd, env, cwd, (planfile.get("runtime") or {}).get("checks") or (), made, at)  # 126/127 first, as a shell
 
     # The bundle: in the plans folder's own ``runs`` folder (layout.RUNS_SUBDIR: reaping
     # stale ones lists it on every run, and the plans folder holds hundreds of entries),

@@ -7,6 +7,12 @@ project's own path, with the policy's rules for the project and what lies inside
 all. When the project is reached through a rule on a folder above it, the workspace is
 bound over it (writable when that rule is ``write``).
 
+OCI (runc): the same as bwrap, on the config's mount list: every bind whose source is the
+project or lies inside it takes its source from the workspace, at the same destination,
+and a project reached only through a rule above it gets the workspace bound over it. The
+runner's checks of the command's file (126/127 before the start) look at the workspace's
+copy for paths in the project (``host_path``).
+
 Landlock: no mount namespace, so the workspace stays where it is (in the sessions folder)
 and the command starts in it. Every rule on the project or inside it is granted to the
 workspace's same path, and kept for the host's only with the rights to read: absolute
@@ -92,6 +98,40 @@ def bwrap_argv(opts: list, project: str, ws: str, access: str) -> list:
         at = first_inside if first_inside >= 0 else (out.index("--remount-ro") if "--remount-ro" in out else len(out))
         out[at:at] = ["--bind" if access == "write" else "--ro-bind", ws, project]
     return out
+
+
+def oci_mounts(mounts: list, project: str, ws: str, access: str) -> list:
+    """An OCI config's ``mounts`` with the workspace in the project's place (see the module
+    text), in their order; ``access`` as for ``bwrap_argv``."""
+    out = []
+    direct = False
+    first_inside = -1
+    for m in mounts:
+        dest = m.get("destination", "")
+        if first_inside < 0 and isinstance(dest, str) and _inside(dest, project, strict=True):
+            first_inside = len(out)
+        src = m.get("source", "")
+        if m.get("type") == "bind" and isinstance(src, str) and src.startswith("/") and _inside(src, project):
+            direct = direct or (src == project and dest == project)
+            m = dict(m, source=_moved(src, project, ws))
+            _no_link_below(ws, m["source"])
+        out.append(m)
+    if not direct:
+        if access not in ("read", "write"):
+            raise Refusal(f"the policy does not show the project {project} (policy: {access}), so a session's "
+                          "workspace has no place in the sandbox", "give the project a rule, e.g. write {project}")
+        # Before the first mount inside the project, so that its masks and read-only parts
+        # land on the workspace; the options are those the OCI lowering gives a bind.
+        out.insert(first_inside if first_inside >= 0 else len(out),
+                   {"destination": project, "type": "bind", "source": ws,
+                    "options": ["rbind", "nosuid", "nodev", "rnosuid", "rnodev", "rw" if access == "write" else "rro"]})
+    return out
+
+
+def host_path(path: str, project: str, ws: str) -> str:
+    """Where the host holds what a session's command finds at ``path`` (a path as the
+    sandbox shows it, links not followed): the workspace's copy for a path in the project."""
+    return _moved(path, project, ws) if _inside(path, project) else path
 
 
 def landlock_rules(rules: list, project: str, ws: str) -> list:
