@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from conftest import base_env, own_code_rules, remove_project_cache, run, sbxc_argv, snapshot
+from conftest import base_env, own_code_rules, remove_project_cache, run, runc_for, sbxc_argv, snapshot
 
 pytestmark = pytest.mark.live
 
@@ -178,7 +178,10 @@ _TIOCSTI = """
     print("plain", inject(0))
     try:
         os.setsid()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    except OSError:
+        pass  # a session leader already (bwrap's --new-session, an OCI container's pid 1)
+    try:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # the terminal as its controlling one, where it is nobody's
         print("ctty", inject(0))
     except OSError as e:
         print("ctty-denied", e.errno)
@@ -200,10 +203,18 @@ def _drain(master):
     return got
 
 
-def test_tiocsti_denied(sbxc):
+@pytest.mark.parametrize("backend", ["bwrap", "oci"])
+def test_tiocsti_denied(sbxc, backend, request):
+    """Nothing the command does pushes input into the caller's terminal. On OCI the
+    command gets that terminal itself (a run on a terminal is `runc create`)."""
+    runc_for(request)
     master, slave = pty.openpty()
     try:
-        r = sbxc(DEFAULT, *py(_TIOCSTI), stdin=slave)
+        r = sbxc(DEFAULT.replace("backend: bwrap", f"backend: {backend}"), *py(_TIOCSTI), stdin=slave)
+        if backend == "oci":
+            # On the terminal itself (a pipe would give ENOTTY), which the command, a session
+            # leader without one, can make its controlling terminal: the filter refuses.
+            assert "plain denied 1" in r.out and "ctty denied 1" in r.out, r
         assert "injected" not in r.out, r
         assert "plain denied" in r.out, r
         # nothing reached the terminal's input queue

@@ -156,9 +156,9 @@ def test_hint_in_a_terminal(go, backend):
     argv = _exec_argv(go, backend, policy(backend), SANDBOX_PYTHON, "-c", code)
     rc, out = pty_run(argv, base_env(go.home), go.project)
     assert rc == 1, out
-    # `runc run` hands the command pipes that it copies to and from its own stdio
-    # (docs/kubernetes.md); bwrap and Landlock pass the terminal on.
-    assert (b"tty False False False" if backend == "oci" else b"tty True True True") in out, out
+    # On OCI too: a run on a terminal is `runc create` + `runc start`, which pass the
+    # terminal on (`runc run` would hand the command pipes: docs/kubernetes.md).
+    assert b"tty True True True" in out, out
     # the relay adds no second carriage return: OPOST is off on sbxc's side
     assert b"a\r\nb\r\n" in out and b"\r\r\n" not in out, out
     assert out.rstrip(b"\r\n").split(b"\r\n")[-1] == HINT.encode(), out
@@ -166,18 +166,7 @@ def test_hint_in_a_terminal(go, backend):
 
 def test_terminal_stays_usable(go, backend):
     """stdin is still the caller's terminal (a line typed is read), `>/dev/stderr` works,
-    and a resize of the caller's terminal reaches the command's stderr terminal. On OCI
-    (runc's pipes, no terminal inside): the line typed is read, and Ctrl-C ends the command."""
-    if backend == "oci":
-        code = ("import time\n"
-                "print('READY', flush=True)\n"
-                "print('got', input(), flush=True)\n"
-                "time.sleep(30)\n")
-        argv = _exec_argv(go, backend, policy(backend, network="true"), SANDBOX_PYTHON, "-c", code)
-        rc, out = pty_run_interactive(argv, base_env(go.home), go.project, then=b"\x03")
-        assert b"got hello" in out, out
-        assert rc == 130, out  # the terminal's SIGINT reached sbxc, which ended the command with it
-        return
+    and a resize of the caller's terminal reaches the command's stderr terminal."""
     code = ("import os, signal, sys\n"
             "line = None\n"
             "def winch(*a):\n"
@@ -197,6 +186,22 @@ def test_terminal_stays_usable(go, backend):
     assert b"got hello" in out, out
     assert b"size 101 33" in out, out
     assert rc == 0, out
+
+
+def test_ctrl_c_on_a_terminal_ends_a_command_that_is_pid_1(go, runc):
+    """On OCI the command is its container's pid 1, which the kernel gives no signal its
+    handler does not catch: the terminal's Ctrl-C reaches sbxc (the command is in a session
+    of its own, as on bwrap), which ends the command as SIGINT's default action would
+    (130). The control: the command read the line typed first, so it ran on the terminal."""
+    code = ("import signal, time\n"
+            "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+            "print('READY', flush=True)\n"
+            "print('got', input(), flush=True)\n"
+            "time.sleep(30)\n")
+    argv = _exec_argv(go, "oci", policy("oci", network="true"), SANDBOX_PYTHON, "-c", code)
+    rc, out = pty_run_interactive(argv, base_env(go.home), go.project, then=b"\x03")
+    assert b"got hello" in out, out
+    assert rc == 130, out
 
 
 def test_npm_in_a_terminal_fails_fast_with_the_hint(go, backend):

@@ -372,30 +372,34 @@ def test_oci_container_of_a_killed_sbxc_is_ended_by_a_later_reaper(runc, sbxc, u
 
 
 
-@pytest.mark.parametrize("kind", ["network off", "host rules"])
+@pytest.mark.parametrize("kind", ["network off", "host rules", "on a terminal"])
 def test_sigkill_of_sbxc_ends_its_container(runc, sbxc, upstream, kind):
     """runc has no --die-with-parent: an sbxc killed with SIGKILL, which can clean up
     nothing, would leave runc and the command running unsupervised. The run's watcher
     (runtime/oci_watch) ends the container then: the command's processes go within
     seconds, and as root the container's cgroup too. The control: the command was
-    running (a tagged `sleep`) when sbxc was killed. Both kinds of run: `runc run`, and
-    `runc create`/`start` for host rules."""
+    running (a tagged `sleep`) when sbxc was killed. Every kind of run: `runc run`, and
+    `runc create`/`start` for host rules and for a run whose stdin is a terminal."""
+    import pty
     import signal
     import time
 
     tag = uuid.uuid4().hex
     text = _tag_policy(tag, upstream)
-    if kind == "network off":
+    if kind != "host rules":
         text = text.split("network:")[0] + "network: false\n"
     ppath = os.path.join(sbxc.project, "sandbox.policy.yaml")
     with open(ppath, "w") as f:
         f.write(text)
     plans = _plans(sbxc.home)
     before = set(_run_dirs(plans))
+    master, slave = pty.openpty() if kind == "on a terminal" else (-1, subprocess.DEVNULL)
     with open(os.path.join(str(sbxc.home), "out"), "wb") as out:
         p = subprocess.Popen([PYTHON, "-m", "sbxc", "exec", "--policy", ppath, "--", "sleep", "120"],
-                             env=base_env(sbxc.home), cwd=sbxc.project, stdin=subprocess.DEVNULL, stdout=out,
+                             env=base_env(sbxc.home), cwd=sbxc.project, stdin=slave, stdout=out,
                              stderr=out)
+        if master >= 0:
+            os.close(slave)
         try:
             sleeping, cid = 0, ""
             deadline = time.monotonic() + 30
@@ -413,12 +417,16 @@ def test_sigkill_of_sbxc_ends_its_container(runc, sbxc, upstream, kind):
                         continue
                 time.sleep(0.05)
             assert sleeping, "the command never ran"  # the control
+            if master >= 0:  # the terminal itself: runc create's run (runc run would give a pipe)
+                assert os.readlink(f"/proc/{sleeping}/fd/0").startswith("/dev/pts/")
             os.kill(p.pid, signal.SIGKILL)
             assert p.wait(timeout=30) == -9
         finally:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+            if master >= 0:
+                os.close(master)
     deadline = time.monotonic() + 15
     # The processes go first, the cgroup right after (runc delete kills, then removes).
     while time.monotonic() < deadline and (_tagged(tag, plans) or (cid and _cgroups(cid))):

@@ -21,12 +21,16 @@ ran, and the log's error names the cause (exit 125, or 127 for a command runc co
 find). What a shell would not exec is refused before the container exists (``program``):
 once the pid file is written, runc tells a failed exec only on the command's own stderr.
 
-Host rules (``_split_run``): the proxy's listener must be in the container's network
-namespace before the command starts, so such runs use `runc create`, the listener
-(``proxy_netns``, as on bwrap), the core's last checks, then `runc start` (the core's
-``release``), and sbxc itself waits for the container's process (a child subreaper) and
-runs `runc delete` after it. There the pid file is written by `runc create`, so it does
-not mean the command started: ``release`` says so. Every other run is one `runc run`.
+Host rules and runs on a terminal (``_split_run``): the proxy's listener must be in the
+container's network namespace before the command starts, and `runc run` would hand the
+command pipes where the caller's stdin, stdout or stderr is a terminal (it copies its own
+stdio to and from them: the command sees no terminal). So such runs use `runc create`
+(which passes its stdio on to the container as they are), the listener where there are
+host rules (``proxy_netns``, as on bwrap), the core's last checks, then `runc start` (the
+core's ``release``), and sbxc itself waits for the container's process (a child
+subreaper) and runs `runc delete` after it. There the pid file is written by `runc
+create`, so it does not mean the command started: ``release`` says so. Every other run
+is one `runc run`, the fastest way.
 
 A user's runc runs rootless (``--rootless true``): its user namespace maps the caller as
 the container's root (the plan says so), and it makes no cgroup it may not make.
@@ -556,7 +560,7 @@ _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 
 def _become_subreaper() -> None:
-    """sbxc becomes the container's parent once `runc create` has exited (host rules).
+    """sbxc becomes the container's parent once `runc create` has exited (``_split_run``).
 
     `runc create` exits once the container's first process waits on runc's exec fifo. That
     process is runc create's child (runc's last clone uses CLONE_PARENT) and is
@@ -614,8 +618,20 @@ def _is_runc_init(pid: int, runc: str) -> bool:
     return len(args) >= 2 and args[1] == b"init" and args[0].rpartition(b"/")[2] == os.fsencode(runc).rpartition(b"/")[2]
 
 
-def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, cleanup, watcher, sh) -> LaunchSpec:
-    """Host rules: `runc create`, the proxy's listener, `runc start` (see the module text).
+def _on_a_terminal() -> bool:
+    """Whether sbxc's stdin, stdout or stderr is a terminal (``_split_run``)."""
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd):
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def _split_run(argv, base_argv, bundle, pid_file, cid, env, proxy, log_r, log_w, cleanup, watcher, sh) -> LaunchSpec:
+    """Host rules or a terminal: `runc create`, the proxy's listener (``proxy``: None when
+    there are no host rules), `runc start` (see the module text).
 
     The core starts `runc create` (``argv``). ``launched`` waits for it to exit: the
     container's first process then waits on runc's exec fifo, with every namespace made
@@ -626,7 +642,6 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
     container, so the command never ran and nothing of the container is left."""
     import _signal
 
-    proxy = ctx.proxy
     read_log = _log_reader(log_r)
     # The watcher before `runc create`: a container still being made when sbxc dies is
     # deleted once that runc has ended (its lifeline, which only it holds then).
@@ -701,7 +716,8 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
         drop_lifeline()  # runc create holds it now: its end is the watcher's cue
         joiner = None
         try:
-            joiner = proxy.joiner()  # forked now: its start-up overlaps runc's
+            if proxy is not None:
+                joiner = proxy.joiner()  # forked now: its start-up overlaps runc's
             try:
                 code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             except ChildProcessError:
@@ -716,14 +732,19 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, ctx, log_r, log_w, c
                 abort_here()
                 return 0
             _adopt(child)
-            proxy.listen_in(joiner, os.getpid(), child)
+            if proxy is not None:
+                proxy.listen_in(joiner, os.getpid(), child)
             return child
         except BaseException as e:  # noqa: BLE001 - every failure refuses the run
             from .proxy_netns import NetnsError
 
             why = str(e) if isinstance(e, NetnsError) else f"{type(e).__name__}: {e}"
-            refused.append(Refusal(f"the network proxy could not be put into the container ({one_line(why, 200)})",
-                                   "check that runc may create user and network namespaces (sbxc doctor)"))
+            if proxy is None:
+                refused.append(Refusal(f"could not take over the container's first process ({one_line(why, 200)})",
+                                       "run sbxc doctor, or use --backend bwrap"))
+            else:
+                refused.append(Refusal(f"the network proxy could not be put into the container ({one_line(why, 200)})",
+                                       "check that runc may create user and network namespaces (sbxc doctor)"))
             abort_here()
             return 0
         finally:
@@ -846,10 +867,13 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         raise Refusal(f"no sh that sbxc may start for the run's watcher: {why}" if why else
                       "sh, which ends the container if sbxc is killed, is not in the system program folders on PATH",
                       "install dash (apt install dash), or name a shell with SBXC_SH (docs/host-programs.md)")
+    proxy = None
     if net == "hosts":
         proxy = getattr(ctx, "proxy", None)
         if proxy is None or not proxy.in_sandbox:
             raise Refusal("the plan has host rules but no proxy was started for it", "report this")
+    split = proxy is not None or _on_a_terminal()
+    if split:
         _become_subreaper()
 
     # The command runs in the caller's folder or not at all (as on bwrap).
@@ -941,7 +965,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
                 made_links += make_links(bundle + "/rootfs", low["links"])
         if EMPTY_FILE in own:
             os.close(os.open(bundle + "/" + EMPTY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444))
-        if net == "hosts":
+        if split:
             # runc create, then start (_split_run): the config as a file, written now.
             text = dumps(_config(planfile, cmd, env, ctx, shared))
             fd = os.open(bundle + "/config.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -973,9 +997,9 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     argv += rootless
     # Ends the container if sbxc itself ends without ending the run (oci_watch).
     watcher = Watcher()
-    if net == "hosts":
+    if split:
         base_argv = [found, "--root", bundle, "--log", "/proc/self/fd/2", "--log-format", "text"] + rootless
-        return _split_run(argv, base_argv, bundle, pid_file, cid, RUNC_ENV, ctx, log_r, log_w, cleanup, watcher, sh)
+        return _split_run(argv, base_argv, bundle, pid_file, cid, RUNC_ENV, proxy, log_r, log_w, cleanup, watcher, sh)
     argv += ["run", "--bundle", bundle, "--pid-file", pid_file, cid]
 
     read_log = _log_reader(log_r)
