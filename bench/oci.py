@@ -1,7 +1,7 @@
 """Start-up cost of ``sbxc exec --backend oci`` with a cached plan, beside ``runc run`` of
 the same bundle made by hand and ``sbxc exec --backend bwrap``.
 
-    .venv/bin/python bench/oci.py [--runs 100] [--sbxc PATH] [--against SBXC]
+    .venv/bin/python bench/oci.py [--runs 100] [--sbxc PATH] [--against SBXC] [--terminal]
 
 Through the command a user runs after scripts/setup (the venv's ``bin/sbxc`` launcher).
 The bundle for raw runc is the one ``sbxc compile --backend oci -o DIR`` writes for the
@@ -12,7 +12,8 @@ compiles and caches the plan), then the rounds, alternating so that drift hits e
 variant alike. As a user, runc runs rootless in both (``--rootless true``). With
 ``--against SBXC`` the same OCI run through another launcher (an older checkout's
 ``bin/sbxc``, set up with scripts/setup) joins the alternation, so a change is measured
-beside the code before it.
+beside the code before it. With ``--terminal`` a run whose stdin is a terminal joins it too
+(such runs are `runc create` + `runc start`: docs/kubernetes.md).
 """
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ def main() -> int:
     ap.add_argument("--sbxc", default="", help="the launcher (default: this venv's bin/sbxc)")
     ap.add_argument("--against", default="", metavar="SBXC",
                     help="another sbxc launcher (e.g. an older checkout's) whose OCI run joins the alternation")
+    ap.add_argument("--terminal", action="store_true",
+                    help="also an OCI run whose stdin is a terminal (a pseudo-terminal of the benchmark's): "
+                         "runc create + runc start, not runc run")
     args = ap.parse_args()
     sbxc = startup.installed_command(args.sbxc)
     cmd = "/bin/true"
@@ -75,6 +79,12 @@ def main() -> int:
             ("sbxc exec --backend bwrap", lambda wrap=(): startup.spawn(bwrap, env, cwd=project, wrap=wrap)),
             startup.floor_variant(sbxc, env, project),
         ]
+        if args.terminal:
+            import pty
+
+            _master, slave = pty.openpty()  # both stay open for the whole run
+            variants.append(("sbxc exec --backend oci, stdin a terminal",
+                             lambda wrap=(): startup.spawn(oci, env, cwd=project, wrap=wrap, stdin=slave)))
         if args.against:
             other = [startup.installed_command(args.against), "exec", "--backend", "oci", "--", cmd]
             variants.append(("--against: exec --backend oci",

@@ -28,9 +28,12 @@ RSS_LIMIT_MIB = 30
 TIME = "/usr/bin/time"  # GNU time (Debian's `time` package), for peak memory only
 
 
-def spawn(argv, env, pass_fds=(), cwd=None, wrap=()):
+def spawn(argv, env, pass_fds=(), cwd=None, wrap=(), stdin=None):
     """Fork/exec/wait4: (wall seconds, exit status, ru_maxrss KiB, CPU seconds). ``wrap``:
-    a command line to run ``argv`` through (see peak_rss)."""
+    a command line to run ``argv`` through (see peak_rss); ``stdin``: a descriptor to give
+    it as its standard input (else /dev/null). No variant gets a terminal unless asked:
+    sbxc runs differently on one (a relay for stderr; on OCI runc create + start), so
+    stdout is /dev/null, and stderr too when the benchmark's own is a terminal."""
     argv = [*wrap, *argv]
     t0 = time.perf_counter()
     pid = os.fork()
@@ -40,8 +43,11 @@ def spawn(argv, env, pass_fds=(), cwd=None, wrap=()):
                 os.chdir(cwd)
             for fd in pass_fds:
                 os.set_inheritable(fd, True)
+            os.dup2(stdin if stdin is not None else os.open("/dev/null", os.O_RDONLY), 0)
             devnull = os.open("/dev/null", os.O_WRONLY)
             os.dup2(devnull, 1)
+            if os.isatty(2):
+                os.dup2(devnull, 2)
             os.execve(argv[0], argv, env)
         finally:
             os._exit(127)

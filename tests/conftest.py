@@ -56,10 +56,57 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{len(_DESELECTED)} root-only tests deselected (not uid 0); the root pass runs them")
 
 
+_REAL_ROOT = f"/var/tmp/sbxc-{os.getuid()}"
+_REAL_BEFORE = set()
+
+
+def _real_root_entries() -> set:
+    """The entries of the caller's real default root and of its plans folder (names)."""
+    out = set()
+    for folder in (_REAL_ROOT, _REAL_ROOT + "/plans", _REAL_ROOT + "/plans/runs"):
+        try:
+            out.update(folder + "/" + n for n in os.listdir(folder))
+        except OSError:
+            pass
+    return out
+
+
+def _leaks(basetemp: str) -> list:
+    """New entries of the real root that this run made: those whose name or content (a
+    plan, a journal record, a cache's project marker) names a path of this run's temporary
+    folders. Other sbxc users may write the real root meanwhile; only ours count."""
+    hits = []
+    for path in sorted(_real_root_entries() - _REAL_BEFORE):
+        if basetemp in path:
+            hits.append(path)
+            continue
+        try:
+            with open(path, "rb") as f:
+                if basetemp.encode() in f.read(1 << 22):
+                    hits.append(path)
+        except OSError:
+            pass  # a folder, or gone
+    return hits
+
+
+def pytest_sessionstart(session):
+    _REAL_BEFORE.update(_real_root_entries())
+
+
 def pytest_sessionfinish(session, exitstatus):
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    basetemp = str(factory.getbasetemp()) if factory is not None and factory._basetemp is not None else ""
+    leaked = _leaks(basetemp) if basetemp else []
+    if leaked and reporter is not None:
+        # Every sbxc a test runs must keep its plans and caches in the suite's private root
+        # (SBXC_ROOT above): a test that builds its own environment must pass it on.
+        reporter.write_line(f"{len(leaked)} entries written into the real root {_REAL_ROOT} by this run:", red=True)
+        for path in leaked[:20]:
+            reporter.write_line(f"  {path}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if os.environ.get("SBXC_TEST_NO_SKIP") != "1":
         return
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = reporter.stats.get("skipped", []) if reporter is not None else []
     if skipped:
         reporter.write_line(f"SBXC_TEST_NO_SKIP=1: {len(skipped)} test(s) skipped, which CI does not allow:", red=True)

@@ -17,7 +17,9 @@ ROOT = os.geteuid() == 0
 
 
 def cli(home, cwd, *args):
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "PYTHONPATH": SRC, "LANG": "C.UTF-8"}
+    # SBXC_ROOT: the suite's private root (tests/conftest.py), never the real one
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "PYTHONPATH": SRC, "LANG": "C.UTF-8",
+           "SBXC_ROOT": os.environ["SBXC_ROOT"]}
     p = subprocess.run([sys.executable, "-m", "sbxc", *args], cwd=cwd, env=env, capture_output=True, text=True,
                        timeout=60)
     return p.returncode, p.stdout + p.stderr
