@@ -266,7 +266,7 @@ def test_a_policy_the_person_writes_works_with_no_extra_step(sbxc):
         assert _exec(home, project, "true").rc == 0
         _write(base, STRICT + f"# base {i}\n")
         r = _exec(home, team, "true")
-        assert r.rc == 0 and r.err == "", (i, r)
+        assert r.rc == 0 and r.err == "", f"round {i}: rc {r.rc}, stderr: {r.err}"  # whole, never cut short
 
 
 # ------------------------------------------------------------------ the kernel facts the journal rests on
