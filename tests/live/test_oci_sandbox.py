@@ -725,3 +725,28 @@ def test_a_run_on_the_callers_terminal_reads_what_is_typed(runc, sbxc, network):
                "print('state', state, flush=True)\n")
     rc, out = pty_run([SANDBOX_PYTHON, "-c", control], base_env(sbxc.home), sbxc.project, timeout=30)
     assert rc == 0 and b"state T" in out, out  # T: stopped by SIGTTIN, before it read anything
+
+
+@pytest.mark.parametrize("backend", ["oci", "bwrap"])
+def test_a_name_found_through_a_relative_path_entry_runs(backend, request, sbxc):
+    """PATH with a relative entry (`bin`, `.`): a shell, bwrap's execvp and the core's 127
+    check find the project's `bin/tool` and run it. runc's own search (Go's exec.LookPath)
+    refused such a find ("cannot run executable found relative to current directory"), and
+    the run ended 126. sbxc names the file it found, absolute. The control: a name on no
+    folder of that PATH is still 127 on both."""
+    if backend == "oci":
+        request.getfixturevalue("runc")
+    os.mkdir(os.path.join(sbxc.project, "bin"))
+    tool = os.path.join(sbxc.project, "bin", "tool")
+    with open(tool, "w") as f:
+        f.write("#!/bin/sh\necho tool ran\n")
+    os.chmod(tool, 0o755)
+    pol = "sbxc: 1\nextends: [builtin:default]\nnetwork: false\n"
+    for entry in ("bin", "."):
+        name = "tool" if entry == "bin" else "tool-in-dot"
+        if entry == ".":
+            os.link(tool, os.path.join(sbxc.project, name))
+        r = sbxc(pol, name, args=("--backend", backend), env={"PATH": entry + ":" + os.environ["PATH"]})
+        assert (r.rc, r.out) == (0, "tool ran\n"), (entry, r)
+    r = sbxc(pol, "tool", args=("--backend", backend))
+    assert r.rc == 127 and "command not found" in r.err, r

@@ -185,6 +185,22 @@ def test_a_session_command_is_checked_in_the_workspace(s, project):
     assert not os.path.exists(os.path.join(project, "mine"))
     r = s("exec", "--backend", s.backend, "--", "./run.sh")
     assert r.rc == 0, r  # the control: the host project's copy runs
+    # A tool on the PATH in a folder of the project that only the workspace has: found from
+    # a relative PATH entry on every backend, from an absolute one where the workspace is
+    # mounted at the project's path (Landlock shows the host's copy there, which has none).
+    os.mkdir(os.path.join(ws, "tools"))
+    with open(os.path.join(ws, "tools", "wstool"), "w") as f:
+        f.write("#!/bin/sh\necho workspace tool\n")
+    os.chmod(os.path.join(ws, "tools", "wstool"), 0o755)
+    for entry in ("tools", os.path.join(project, "tools")):
+        r = s("exec", "--backend", s.backend, "--session", sid, "--", "wstool",
+              env={"PATH": entry + ":" + os.environ["PATH"]})
+        if entry == "tools" or s.backend in MOUNTED:
+            assert (r.rc, r.out) == (0, "workspace tool\n"), (entry, r)
+        else:
+            assert r.rc == 127 and "command not found" in r.err, (entry, r)
+    r = s("exec", "--backend", s.backend, "--", "wstool", env={"PATH": "tools:" + os.environ["PATH"]})
+    assert r.rc == 127, r  # the control: the host project has no such tool
     assert s("session", "stop", sid).rc == 0
 
 

@@ -190,7 +190,15 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             env = build_env(rt, environ, cache.env)
             from .probe import find_command
 
-            if "/" not in cmd[0] and not find_command(cmd[0], env):
+            look = env
+            if workspace is not None and env.get("PATH"):
+                # What the session's command finds on its PATH is the workspace's copy
+                # (where the runner shows the workspace at the project's path).
+                from .session_mounts import search_path
+
+                look = dict(env, PATH=search_path(env["PATH"], cwd, workspace.project, workspace.path,
+                                                   mounted=backend != "landlock"))
+            if "/" not in cmd[0] and not find_command(cmd[0], look):
                 settle()  # the PATH came from the plan
                 sys.stderr.write(f"sbxc: {one_line(cmd[0], 200)}: command not found\n")
                 return 127

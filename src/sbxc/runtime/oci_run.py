@@ -297,7 +297,13 @@ def program(cmd: list, env: dict, cwd: str, checks=(), links=(), at=None) -> lis
     if not path:
         return list(cmd)  # not on this host's PATH: runc's own search reports it (127)
     args = list(cmd)
-    if "/" not in name and not env.get("PATH"):
+    if not path.startswith("/"):
+        # Found through a relative PATH entry ("", ".", "bin"): runc's search (Go's
+        # exec.LookPath) refuses such a find ("cannot run executable found relative to
+        # current directory"), where a shell runs it: the file found is named, absolute.
+        path = cwd.rstrip("/") + "/" + path
+        args[0] = path
+    elif "/" not in name and not env.get("PATH"):
         # No PATH for the command: a shell, bwrap's execvp and the core's 127 check search a
         # default path, runc searches none ("not found"): the file found on it is named.
         args[0] = path
@@ -339,10 +345,11 @@ def program(cmd: list, env: dict, cwd: str, checks=(), links=(), at=None) -> lis
 
 def _find_shown(name: str, env: dict, cwd: str, checks, links, at) -> str:
     """``probe.find_command`` as the sandbox shows the files (a session's run: PATH folders
-    in the project are the workspace's): the path found, made absolute, or ''."""
+    in the project are the workspace's): the path as found (relative for a relative PATH
+    entry), or ''."""
     for d in (env.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":"):
-        p = (d if d.startswith("/") else cwd.rstrip("/") + "/" + (d or ".")) + "/" + name
-        real = _shown(p, checks, links, at)
+        p = (d or ".") + "/" + name
+        real = _shown(p if d.startswith("/") else cwd.rstrip("/") + "/" + p, checks, links, at)
         if real and os.access(at(real), os.X_OK) and not os.path.isdir(at(real)):
             return p
     return ""
