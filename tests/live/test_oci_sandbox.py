@@ -750,3 +750,46 @@ def test_a_name_found_through_a_relative_path_entry_runs(backend, request, sbxc)
         assert (r.rc, r.out) == (0, "tool ran\n"), (entry, r)
     r = sbxc(pol, "tool", args=("--backend", backend))
     assert r.rc == 127 and "command not found" in r.err, r
+
+
+@pytest.mark.parametrize("backend", ["oci", "bwrap"])
+def test_a_loop_reading_the_callers_stdin_keeps_its_lines(backend, request, sbxc):
+    """`while read f; do sbxc exec -- echo "$f"; done < list`: each run gets the loop's stdin
+    and leaves what it does not read. `runc run` copies its stdin into the command's pipe
+    ahead, to the end, whether the command reads it or not: on OCI the loop saw its first
+    line only. A run whose stdin has something to read is now `runc create` + `runc start`,
+    which pass the stdin on as it is. The control: a command that does read the rest ends
+    the loop after one line, so the test sees a swallowed stdin."""
+    if backend == "oci":
+        request.getfixturevalue("runc")
+    with open(os.path.join(sbxc.project, "sandbox.policy.yaml"), "w") as f:
+        f.write(f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork: false\n")
+    with open(os.path.join(sbxc.project, "list"), "w") as f:
+        f.write("a\nb\nc\n")
+    exec_ = " ".join(sbxc_argv("exec", "--"))
+    r = run(["sh", "-c", f'while read f; do {exec_} echo "item $f"; done < list'], env=base_env(sbxc.home),
+            cwd=sbxc.project)
+    assert r.rc == 0 and r.out == "item a\nitem b\nitem c\n", r
+    r = run(["sh", "-c", f'while read f; do {exec_} sh -c "echo item $f; cat >/dev/null"; done < list'],
+            env=base_env(sbxc.home), cwd=sbxc.project)
+    assert r.rc == 0 and r.out == "item a\n", r  # the control
+
+
+def test_oci_stdin_with_something_to_read_is_the_callers_own(runc, sbxc):
+    """The command's stdin is the caller's pipe itself (the same pipe, not runc's copy) when
+    there is something to read; with /dev/null as stdin the run keeps the single `runc run`,
+    whose pipe the command then has (nothing is lost: there is nothing to read)."""
+    pol = "sbxc: 1\nextends: [builtin:default]\nbackend: oci\nnetwork: false\n"
+    rd, wr = os.pipe()
+    try:
+        os.write(wr, b"hello\n")
+        os.close(wr)
+        wr = -1
+        r = sbxc(pol, "sh", "-c", "readlink /proc/self/fd/0; cat", stdin=rd)
+        assert r.rc == 0 and r.out == f"pipe:[{os.fstat(rd).st_ino}]\nhello\n", r
+    finally:
+        os.close(rd)
+        if wr >= 0:
+            os.close(wr)
+    r = sbxc(pol, "sh", "-c", "readlink /proc/self/fd/0")
+    assert r.rc == 0 and r.out.startswith("pipe:["), r  # runc run's own pipe, not /dev/null

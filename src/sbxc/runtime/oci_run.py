@@ -21,10 +21,11 @@ ran, and the log's error names the cause (exit 125, or 127 for a command runc co
 find). What a shell would not exec is refused before the container exists (``program``):
 once the pid file is written, runc tells a failed exec only on the command's own stderr.
 
-Host rules and runs on a terminal (``_split_run``): the proxy's listener must be in the
-container's network namespace before the command starts, and `runc run` would hand the
-command pipes where the caller's stdin, stdout or stderr is a terminal (it copies its own
-stdio to and from them: the command sees no terminal). So such runs use `runc create`
+Host rules, runs on a terminal and runs with a stdin to read (``_split_run``): the proxy's
+listener must be in the container's network namespace before the command starts, and
+`runc run` hands the command pipes that it copies its own stdio to and from (the command
+would see no terminal, and runc reads stdin ahead, to its end, whether the command reads
+it or not: ``_stdio_passed``). So such runs use `runc create`
 (which passes its stdio on to the container as they are), the listener where there are
 host rules (``proxy_netns``, as on bwrap), the core's last checks, then `runc start` (the
 core's ``release``), and sbxc itself waits for the container's process (a child
@@ -625,15 +626,28 @@ def _is_runc_init(pid: int, runc: str) -> bool:
     return len(args) >= 2 and args[1] == b"init" and args[0].rpartition(b"/")[2] == os.fsencode(runc).rpartition(b"/")[2]
 
 
-def _on_a_terminal() -> bool:
-    """Whether sbxc's stdin, stdout or stderr is a terminal (``_split_run``)."""
+_DEV_NULL = (1 << 8) | 3  # st_rdev of /dev/null (char 1:3 on Linux)
+
+
+def _stdio_passed() -> bool:
+    """Whether the caller's stdio must reach the command as they are (``_split_run``): a
+    terminal on any of them, or a stdin with something to read. `runc run` hands the
+    command pipes and copies its own stdio into them: the command would see no terminal,
+    and runc reads its stdin ahead, to the end, whether the command reads it or not (a
+    `while read` loop around sbxc lost every line after the first). A stdin that is
+    /dev/null, or none at all (the core gives the command /dev/null then), has nothing to
+    read: such runs keep the single `runc run`."""
     for fd in (0, 1, 2):
         try:
             if os.isatty(fd):
                 return True
         except OSError:
             pass
-    return False
+    try:
+        st = os.fstat(0)
+    except OSError:
+        return False
+    return not (st.st_mode & 0o170000 == 0o020000 and st.st_rdev == _DEV_NULL)
 
 
 def _split_run(argv, base_argv, bundle, pid_file, cid, env, proxy, log_r, log_w, cleanup, watcher, sh) -> LaunchSpec:
@@ -879,7 +893,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         proxy = getattr(ctx, "proxy", None)
         if proxy is None or not proxy.in_sandbox:
             raise Refusal("the plan has host rules but no proxy was started for it", "report this")
-    split = proxy is not None or _on_a_terminal()
+    split = proxy is not None or _stdio_passed()
     if split:
         _become_subreaper()
 
