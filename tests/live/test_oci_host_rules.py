@@ -210,18 +210,27 @@ elif where in ("signal", "sigkill", "sigkill-group", "sigkill-held"):
                     f.write(str(holder.pid))
             return pid
         supervise._spawn = spawn
-    from sbxc.runtime import proxy_run
+    from sbxc.runtime import oci_watch, proxy_run
+    watchers = []
+    real_watch = oci_watch.Watcher.start
+    def watch(self, *args, **kw):
+        real_watch(self, *args, **kw)
+        watchers.append(self.pid)
+    oci_watch.Watcher.start = watch
     real_listen = proxy_run.ProxyRun.listen_in
     def listen_in(self, joiner, launcher_pid, child_pid):
         real_listen(self, joiner, launcher_pid, child_pid)
         note()
         # SIGTERM as from a timeout, before runc start. SIGKILL to sbxc's whole process group
-        # (its own session here): neither sbxc nor its watcher can clean up at all.
+        # (its own session here) and to its watcher (in a session of its own, out of that
+        # group's reach): neither sbxc nor its watcher can clean up at all.
         if where == "signal":
             os.kill(os.getpid(), signal.SIGTERM)
         elif where in ("sigkill", "sigkill-held"):
             os.kill(os.getpid(), signal.SIGKILL)  # sbxc alone: its watcher stays
         else:
+            for pid in watchers:
+                os.kill(pid, signal.SIGKILL)
             os.killpg(os.getpgrp(), signal.SIGKILL)
     proxy_run.ProxyRun.listen_in = listen_in
 
@@ -344,9 +353,48 @@ def _killed_before_start(sbxc, upstream, fault: str):
     return tag, _plans(sbxc.home), marker, text, (rundir, pid, listed.strip())
 
 
+class _Leader:
+    """``argv`` as the session leader of a fresh pseudo-terminal, its controlling terminal
+    (as ssh -t starts a command): ``pid``, ``wait``, ``poll``, ``kill`` as on a Popen."""
+
+    def __init__(self, argv, env, cwd):
+        import pty
+
+        self.pid, self.master = pty.fork()
+        if self.pid == 0:
+            try:
+                os.chdir(cwd)
+                os.execve(argv[0], argv, env)
+            finally:
+                os._exit(127)
+        self.status = None
+
+    def poll(self):
+        if self.status is None:
+            pid, st = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.status = os.waitstatus_to_exitcode(st)
+        return self.status
+
+    def wait(self, timeout=None):
+        import time
+
+        deadline = time.monotonic() + (timeout or 60)
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if self.master >= 0:
+            os.close(self.master)
+            self.master = -1
+        return self.status
+
+    def kill(self):
+        os.kill(self.pid, 9)
+
+
 def test_oci_container_of_a_killed_sbxc_is_ended_by_a_later_reaper(runc, sbxc, upstream):
-    """sbxc and its watcher killed with SIGKILL (their whole process group) between `runc
-    create` and `runc start` can clean up nothing: the container's first process waits on
+    """sbxc and its watcher killed with SIGKILL (sbxc's whole process group, and the watcher,
+    which has a session of its own) between `runc create` and `runc start` can clean up
+    nothing: the container's first process waits on
     runc's exec fifo, in a bundle nobody holds any more (the control: it is still there, as
     root with its cgroup). A later run's reaper of stale per-run folders (simulated at a
     time past STALE_AFTER) deletes the container through runc before it removes the
@@ -372,14 +420,20 @@ def test_oci_container_of_a_killed_sbxc_is_ended_by_a_later_reaper(runc, sbxc, u
 
 
 
-@pytest.mark.parametrize("kind", ["network off", "host rules", "on a terminal"])
+@pytest.mark.parametrize("kind", ["network off", "host rules", "on a terminal", "the terminal's session leader",
+                                  "its process group"])
 def test_sigkill_of_sbxc_ends_its_container(runc, sbxc, upstream, kind):
     """runc has no --die-with-parent: an sbxc killed with SIGKILL, which can clean up
     nothing, would leave runc and the command running unsupervised. The run's watcher
     (runtime/oci_watch) ends the container then: the command's processes go within
     seconds, and as root the container's cgroup too. The control: the command was
     running (a tagged `sleep`) when sbxc was killed. Every kind of run: `runc run`, and
-    `runc create`/`start` for host rules and for a run whose stdin is a terminal."""
+    `runc create`/`start` for host rules and for a run whose stdin is a terminal. And sbxc
+    as the session leader of its terminal (ssh -t, a tmux window): its death sends the
+    terminal's foreground group SIGHUP, which killed the watcher's `runc delete` before it
+    deleted anything while the watcher was in sbxc's group; and a SIGKILL of sbxc's whole
+    process group (a CI job's timeout), which the watcher, in a session of its own,
+    outlives."""
     import pty
     import signal
     import time
@@ -394,10 +448,13 @@ def test_sigkill_of_sbxc_ends_its_container(runc, sbxc, upstream, kind):
     plans = _plans(sbxc.home)
     before = set(_run_dirs(plans))
     master, slave = pty.openpty() if kind == "on a terminal" else (-1, subprocess.DEVNULL)
+    argv = [PYTHON, "-m", "sbxc", "exec", "--policy", ppath, "--", "sleep", "120"]
     with open(os.path.join(str(sbxc.home), "out"), "wb") as out:
-        p = subprocess.Popen([PYTHON, "-m", "sbxc", "exec", "--policy", ppath, "--", "sleep", "120"],
-                             env=base_env(sbxc.home), cwd=sbxc.project, stdin=slave, stdout=out,
-                             stderr=out)
+        if kind == "the terminal's session leader":
+            p = _Leader(argv, base_env(sbxc.home), sbxc.project)
+        else:
+            p = subprocess.Popen(argv, env=base_env(sbxc.home), cwd=sbxc.project, stdin=slave, stdout=out,
+                                 stderr=out, start_new_session=kind == "its process group")
         if master >= 0:
             os.close(slave)
         try:
@@ -419,7 +476,10 @@ def test_sigkill_of_sbxc_ends_its_container(runc, sbxc, upstream, kind):
             assert sleeping, "the command never ran"  # the control
             if master >= 0:  # the terminal itself: runc create's run (runc run would give a pipe)
                 assert os.readlink(f"/proc/{sleeping}/fd/0").startswith("/dev/pts/")
-            os.kill(p.pid, signal.SIGKILL)
+            if kind == "its process group":
+                os.killpg(p.pid, signal.SIGKILL)
+            else:
+                os.kill(p.pid, signal.SIGKILL)
             assert p.wait(timeout=30) == -9
         finally:
             if p.poll() is None:

@@ -15,7 +15,7 @@ started before it, with a lifeline (``Watcher.start``) that only that runc holds
 deletes only once that runc has ended, so a container that was still being made when
 sbxc died is deleted too.
 
-A spawned shell, not a fork of sbxc: a forked Python process would cost sbxc a
+A spawned shell in a session of its own (``_spawn`` says why), not a fork of sbxc: a forked Python process would cost sbxc a
 copy-on-write fault for every page it touches afterwards. The script's arguments are
 passed as positional parameters, never spliced into its text. Every signal is blocked
 in it (a Ctrl-C to the terminal's process group reaches sbxc, which forwards it to the
@@ -26,14 +26,18 @@ checks, which count sbxc's children still running.
 """
 from ..fastos import os  # the hot path's os (sbxc.fastos)
 
-SCRIPT = ('read -r said; '
+SCRIPT = ("trap '' HUP INT QUIT TSTP; "
+          'read -r said; '
           'if [ "$said" = made ]; then read -r said; elif [ "$said" != done ] && [ "$1" != - ]; then read -r _ <&"$1"; fi; '
           '[ "$said" = done ] && exit 0; '
           'alive() { read -r s < "/proc/$1/stat" || return 1; s=${s##*") "}; [ "${s%% *}" != Z ]; }; '
           'n=0; while [ "$2" != - ] && [ ! -e "$2" ] && [ $n -lt 2000 ] && alive "$3" 2>/dev/null; '
           'do sleep 0.01; n=$((n+1)); done; '
           'shift 3; exec "$@"')
-"""``$1``: ``-``, or the descriptor of a lifeline (``Watcher.start``), waited on before the
+"""The terminal's signals are ignored first: that drops any of them that reached the
+shell before its session was its own (blocked, they would wait there), and `runc delete`
+keeps SIGHUP and SIGINT ignored (Go leaves those two as it finds them ignored). ``$1``:
+``-``, or the descriptor of a lifeline (``Watcher.start``), waited on before the
 delete unless sbxc said ``made`` (``Watcher.made``) first; ``$2`` and ``$3``: ``-``, or the
 pid file of a `runc run` and that runc's pid: the delete waits until the file is there or
 that runc is gone, a zombie included (at most about 20 s); the rest is the delete's argv."""
@@ -122,10 +126,18 @@ ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
 def _spawn(argv: list, stdin: int, null: int, keep: tuple = ()) -> int:
-    """``argv`` started with ``stdin`` as its standard input, /dev/null as its output, and
-    no other descriptor but ``keep`` (every other one is closed in the child, as the core's
-    spawn does: sbxc may have been given descriptors without close-on-exec). OSError when
-    it failed."""
+    """``argv`` started with ``stdin`` as its standard input, /dev/null as its output, no
+    other descriptor but ``keep`` (every other one is closed in the child, as the core's
+    spawn does: sbxc may have been given descriptors without close-on-exec), in a session
+    of its own. OSError when it failed.
+
+    The session: in sbxc's, the watcher was in the terminal's foreground process group,
+    and an sbxc that was the terminal's session leader (ssh -t, a tmux window, a shell
+    that exec'd it) killed with SIGKILL makes the kernel send that group SIGHUP. Blocked
+    in the shell, it stayed pending across the exec of `runc delete`, whose Go runtime
+    unblocked it and died of it before deleting anything: the container ran on. A
+    session of its own also keeps it out of a kill of sbxc's process group (a CI job's
+    timeout), which it is there to outlive."""
     env = [k.encode() + b"=" + v.encode() for k, v in ENV.items()]
     r, w = os.pipe()
     try:
@@ -134,7 +146,7 @@ def _spawn(argv: list, stdin: int, null: int, keep: tuple = ()) -> int:
 
             # The argument list of Python 3.11-3.13's private function (as supervise._spawn).
             pid = fork_exec(list(argv), [os.fsencode(argv[0])], True, tuple(sorted(keep)), None, env, stdin, -1, -1,
-                            null, -1, null, r, w, True, False, -1, None, None, None, -1, None, True)
+                            null, -1, null, r, w, True, True, -1, None, None, None, -1, None, True)
         except (ImportError, TypeError):
             closes = [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable(stdin, null, *keep)]
             for fd in keep:
@@ -142,7 +154,7 @@ def _spawn(argv: list, stdin: int, null: int, keep: tuple = ()) -> int:
             try:
                 pid = os.posix_spawn(argv[0], list(argv), ENV, file_actions=[
                     *closes, (os.POSIX_SPAWN_DUP2, stdin, 0), (os.POSIX_SPAWN_DUP2, null, 1),
-                    (os.POSIX_SPAWN_DUP2, null, 2)])
+                    (os.POSIX_SPAWN_DUP2, null, 2)], setsid=True)
             finally:
                 for fd in keep:
                     os.set_inheritable(fd, False)
