@@ -137,3 +137,35 @@ def test_status_fd_needs_json_and_an_open_descriptor(bwrap_works, project, home)
     assert r.rc == 125 and r.err.strip().startswith("sbxc: exec: --status-fd 57 is not open;"), r
     r = _exec(project, home, "--format", "yaml", cmd=["true"])
     assert r.rc == 125, r
+
+
+CTRL_C_EARLY = r"""
+import signal, sys
+from sbxc.runtime import cachedir
+real = cachedir.prepare
+def prepare(*a, **k):
+    open(sys.argv[1], "w").close()  # the control: the Ctrl-C came here, before the command
+    signal.raise_signal(signal.SIGINT)  # as a Ctrl-C typed while the run is prepared
+    return real(*a, **k)
+cachedir.prepare = prepare
+from sbxc.commands.exec import exec_entry
+exec_entry(sys.argv[2:])
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_ctrl_c_before_the_command_starts_ends_sbxc_as_sigint(backend, bwrap_works, project, home, tmp_path):
+    """A Ctrl-C while the run is prepared, before the core forwards signals: sbxc printed a
+    Python traceback (KeyboardInterrupt) and died of it. Now nothing is printed, the
+    command never runs, and sbxc ends as SIGINT's default action would end it (as the
+    command would have: a shell loop around it stops). The control: the signal came (the
+    note), and without it the same run runs the command."""
+    with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
+        f.write(f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork: false\n")
+    note = str(tmp_path / "interrupted")
+    marker = os.path.join(project, "ran")
+    r = run([PYTHON, "-c", CTRL_C_EARLY, note, "--", "touch", marker], env=base_env(home), cwd=project)
+    assert os.path.exists(note)  # the control
+    assert r.rc == -2 and r.err == "" and not os.path.exists(marker), r
+    r = run([PYTHON, "-m", "sbxc", "exec", "--", "touch", marker], env=base_env(home), cwd=project)
+    assert r.rc == 0 and os.path.exists(marker), r

@@ -187,14 +187,31 @@ if where == "setns":
         note()
         raise PermissionError(1, "Operation not permitted")
     proxy_netns._setns = refuse
-elif where == "start":
+elif where in ("start", "sigint-start"):
     real = oci_run._runc_call
     def call(argv, env, log_w):
         if "start" in argv:
             note()
-            return 1  # runc start failed before it read the exec fifo
+            if where == "start":
+                return 1  # runc start failed before it read the exec fifo
+            # A Ctrl-C: SIGINT to the terminal's foreground group, sbxc and the runc start it
+            # had just spawned (there before its own process group was set), which dies of it.
+            os.kill(os.getpid(), signal.SIGINT)
+            return -signal.SIGINT
         return real(argv, env, log_w)
     oci_run._runc_call = call
+elif where == "sigint-create":
+    from sbxc.runtime import supervise
+    real_spawn = supervise._spawn
+    def spawn(spec, *args):
+        pid = real_spawn(spec, *args)
+        if "create" in spec.argv:
+            # A Ctrl-C as `runc create` starts: the signal reached it before its session was
+            # its own (pending across its exec), and sbxc too.
+            os.kill(pid, signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+        return pid
+    supervise._spawn = spawn
 
 elif where in ("signal", "sigkill", "sigkill-group", "sigkill-held"):
     if where == "sigkill-held":
@@ -260,11 +277,13 @@ FAULT_LINES = {
 }
 
 
-@pytest.mark.parametrize("where", ["setns", "start", "signal"])
+@pytest.mark.parametrize("where", ["setns", "start", "signal", "sigint-start"])
 def test_oci_failure_before_the_start_leaves_nothing(runc, sbxc, upstream, where):
     """Fail closed: the listener cannot be made in the container's namespace (the kernel's
     refusal of setns, simulated in sbxc's helper), or `runc start` fails: 125, one sbxc
-    line; or sbxc gets SIGTERM before the start: 143, as the signal's default action. The
+    line; or sbxc gets SIGTERM before the start: 143, as the signal's default action; or a
+    Ctrl-C kills `runc start` (and reaches sbxc): 130, as SIGINT's, and no line that blames
+    runc (it said "runc start failed before the command started; run sbxc doctor"). The
     command never ran, and the container that existed at that moment (seen by
     `runc list` from inside the fault: the control) is deleted, its state folder and its
     waiting process gone. Control: the same run without the fault runs the command."""
@@ -281,6 +300,8 @@ def test_oci_failure_before_the_start_leaves_nothing(runc, sbxc, upstream, where
     lines = [line for line in r.err.splitlines() if line.startswith("sbxc: ") and "warning" not in line]
     if where == "signal":
         assert r.rc == 128 + 15 and lines == [], r
+    elif where == "sigint-start":
+        assert r.rc == 128 + 2 and lines == [], r
     else:
         assert r.rc == 125, r
         assert lines == [FAULT_LINES[where]], r
@@ -578,3 +599,35 @@ def test_oci_watcher_deletes_at_once_when_the_lifeline_is_held_after_create(runc
         os.kill(holder, signal.SIGKILL)
     assert not os.path.exists(marker)
     _reap_later(sbxc, os.path.dirname(rundir))
+
+
+@pytest.mark.parametrize("stdin", ["a pipe", "host rules"])
+def test_oci_ctrl_c_that_kills_runc_create_ends_the_run_as_sigint(runc, sbxc, upstream, stdin):
+    """A Ctrl-C right as `runc create` starts reaches it (before its session is its own)
+    and sbxc: runc create dies of SIGINT, and the run ends with 130, as SIGINT's default
+    action, with no line blaming runc (it said "runc exited with status -2 before the
+    command started; run sbxc doctor", 125). Nothing ran, nothing of the container is
+    left. Both kinds of split run: a stdin to read (no host rules) and host rules."""
+    tag = uuid.uuid4().hex
+    ppath = os.path.join(sbxc.project, "sandbox.policy.yaml")
+    text = _tag_policy(tag, upstream)
+    if stdin == "a pipe":
+        text = text.split("network:")[0] + "network: false\n"
+    with open(ppath, "w") as f:
+        f.write(text)
+    plans = _plans(sbxc.home)
+    before = _run_dirs(plans)
+    marker = os.path.join(sbxc.project, "ran")
+    env = base_env(sbxc.home, {"SBXC_TEST_FAULT": "sigint-create", "SBXC_TEST_SEEN": os.path.join(str(sbxc.home), "seen")})
+    rd, wr = os.pipe()
+    try:
+        r = run([PYTHON, "-c", FAULT, "exec", "--policy", ppath, "--", "touch", marker], env=env, cwd=sbxc.project,
+                stdin=rd)
+    finally:
+        os.close(rd)
+        os.close(wr)
+    lines = [line for line in r.err.splitlines() if line.startswith("sbxc: ") and "warning" not in line]
+    assert r.rc == 128 + 2 and lines == [], r
+    assert not os.path.exists(marker), r
+    assert _run_dirs(plans) == before
+    assert _tagged(tag, plans) == []

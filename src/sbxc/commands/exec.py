@@ -70,6 +70,19 @@ def compile_on_miss(policy, backend, network, environ, cwd: str, gate=None) -> d
     return compile_for_exec(policy, backend, network, environ, cwd, gate)
 
 
+def _die_of_sigint() -> None:
+    import _signal
+
+    try:
+        sys.stderr.flush()
+    except Exception:
+        pass
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {_signal.SIGINT})
+    os.kill(os.getpid(), _signal.SIGINT)
+    os._exit(130)  # not reached
+
+
 def exec_entry(argv) -> int:
     """``sbxc exec`` as a process: ``exec_main``, then leave without the interpreter's
     teardown (module and object clean-up costs ~3 ms here and has nothing left to do: the
@@ -162,6 +175,11 @@ def _exec_main(argv, compile, status: list) -> int:
             except BaseException:
                 pass
             return state.status if state.status is not None else REFUSED
+        if isinstance(e, KeyboardInterrupt):
+            # A Ctrl-C before the command started (once the core has its handlers, it
+            # forwards one): nothing ran, and the cleanups on the way out have run. sbxc
+            # ends as SIGINT's default action would end it, as the command would have.
+            _die_of_sigint()
         if not isinstance(e, Exception):
             raise
         # A bug or a malformed plan: still one line and 125, never a traceback with

@@ -747,7 +747,13 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, proxy, log_r, log_w,
             created[0] = os.path.isdir(bundle + "/" + cid)  # runc's state folder: delete it whatever happened
             child = container_pid(pid_file)
             if code != 0 or child <= 0:
-                create_failed[0] = code if code != 0 else 125
+                if code < 0:
+                    # runc create died of a signal: one meant for the run (a Ctrl-C reaches
+                    # it before its session is its own, pending across its exec). The run
+                    # ends with it, as the signal's default action, before the command.
+                    pending[0] = pending[0] or -code
+                else:
+                    create_failed[0] = code if code != 0 else 125
                 if child > 0:
                     _adopt(child)
                 abort_here()
@@ -798,8 +804,14 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, proxy, log_r, log_w,
         if not go or pending[0]:
             abort_here()
             return False
-        if _runc_call(base_argv + ["start", cid], env, log_w) != 0 and \
-                _still_waiting(init[0], argv[0], bundle + "/" + cid + "/exec.fifo"):
+        code = _runc_call(base_argv + ["start", cid], env, log_w)
+        if code != 0 and _still_waiting(init[0], argv[0], bundle + "/" + cid + "/exec.fifo"):
+            if code < 0:
+                # Killed by a signal before it released the process (a Ctrl-C reaches it
+                # before its process group is set): the run ends with it (as in launched).
+                pending[0] = pending[0] or -code
+                abort_here()
+                return False
             msg = log_error(read_log())
             refused.append(runc_failure(msg) if msg else
                            Refusal("runc start failed before the command started", "run sbxc doctor"))
