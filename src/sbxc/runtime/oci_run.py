@@ -380,6 +380,18 @@ def container_pid(pid_file: str) -> int:
     return int(text) if text.strip().isdigit() else 0
 
 
+def _mid_exec(pid: int) -> bool:
+    """Whether ``pid`` is inside an exec: its new program's code is not mapped yet
+    (startcode 0 in /proc/PID/stat; a process whose memory this user may not read shows
+    1 there, one with none, a zombie, 0)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b") ")[2].split()
+        return fields[0] != b"Z" and int(fields[23]) == 0
+    except (OSError, ValueError, IndexError):
+        return False
+
+
 def signal_masks(pid: int, runc: str = "") -> tuple[int, int]:
     """(caught, ignored) signal masks of ``pid`` from /proc (0, 0 when unreadable). ``runc``:
     when ``pid`` is still that runc's init (released, its exec of the command not done
@@ -389,6 +401,18 @@ def signal_masks(pid: int, runc: str = "") -> tuple[int, int]:
     ordinary process would get from it that early."""
     if runc and _is_runc_init(pid, runc):
         return 0, 0
+    if runc:
+        # Past runc init but perhaps inside the exec: the new program's memory is in place
+        # (its command line shows) before the kernel resets the old handlers, which it has
+        # done once the program's code is mapped (startcode, /proc/PID/stat). Read earlier,
+        # the masks are still the Go runtime's: a Ctrl-C judged caught and sent as it is
+        # was then dropped by the command, pid 1 without a handler. Such a moment lasts
+        # well under a millisecond; waited for, at most 50 ms.
+        import time
+
+        deadline = time.monotonic() + 0.05
+        while _mid_exec(pid) and time.monotonic() < deadline:
+            time.sleep(0.0005)
     caught = ignored = 0
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
