@@ -17,6 +17,16 @@ from conftest import SANDBOX_PYTHON, base_env, reap_the_killed_oci_run, run, sbx
 pytestmark = pytest.mark.live
 
 BACKENDS = ["bwrap", "landlock", "oci"]
+
+
+@pytest.fixture(autouse=True)
+def own_journal(session_root):
+    """A root, and so a journal, of each test's own (conftest.session_root). The suite's
+    shared root holds every other test's windows too: past MAX_WINDOWS the journal merges
+    the neighbours with the shortest gap (journal.bound), and a merge of two of this test's
+    runs covers the moment between them where it writes a file on purpose, which was then
+    (rightly, for a merged window) refused: the test failed now and then on CI."""
+    return session_root
 STRICT = "sbxc: 1\nextends: [builtin:default]\nnetwork: false\n"
 LOOSE = "sbxc: 1\nextends: [builtin:default]\nnetwork: true\n"
 
