@@ -72,21 +72,11 @@ def _real_root_entries() -> set:
 
 
 def _leaks(basetemp: str) -> list:
-    """New entries of the real root that this run made: those whose name or content (a
-    plan, a journal record, a cache's project marker) names a path of this run's temporary
-    folders. Other sbxc users may write the real root meanwhile; only ours count."""
-    hits = []
-    for path in sorted(_real_root_entries() - _REAL_BEFORE):
-        if basetemp in path:
-            hits.append(path)
-            continue
-        try:
-            with open(path, "rb") as f:
-                if basetemp.encode() in f.read(1 << 22):
-                    hits.append(path)
-        except OSError:
-            pass  # a folder, or gone
-    return hits
+    """New entries of the real root that this run made: those naming a path of this run's
+    temporary folders."""
+    from support.rootscan import naming
+
+    return naming(_real_root_entries() - _REAL_BEFORE, basetemp)
 
 
 def pytest_sessionstart(session):

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from conftest import SRC, base_env, run, runc_for, sbxc_argv
+from support.rootscan import naming
 
 pytestmark = pytest.mark.live
 
@@ -21,24 +22,6 @@ def _listing(root):
     for dirpath, dirs, files in os.walk(root):
         out.update(os.path.join(dirpath, n) for n in dirs + files)
     return out
-
-
-def _mentions(root, names, text):
-    """The entries of ``names`` under ``root`` whose name or content mentions ``text``: other
-    sbxc users on this machine may write the real root meanwhile, so only what names this
-    test's own project counts."""
-    hits = []
-    for path in names:
-        if text in path:
-            hits.append(path)
-            continue
-        try:
-            with open(path, "rb") as f:
-                if text.encode() in f.read(1 << 22):
-                    hits.append(path)
-        except OSError:
-            pass
-    return hits
 
 
 @pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
@@ -61,7 +44,7 @@ def test_a_run_keeps_everything_in_the_named_root(backend, bwrap_works, project,
     from sbxc import cache
 
     new = _listing(real) - before
-    assert _mentions(real, new, project) == [] and _mentions(real, new, cache.project_id(project)) == []
+    assert naming(new, project) == [] and naming(new, cache.project_id(project)) == []
     r = run(sbxc_argv("cache", "path"), env=env, cwd=project)
     assert r.rc == 0 and r.out.strip().startswith(root + "/"), r
 
@@ -74,7 +57,7 @@ def test_the_listing_sees_a_change_in_the_real_root(tmp_path):
     with open(marker, "w") as f:
         f.write(str(tmp_path))
     try:
-        assert _mentions(real, _listing(real) - before, str(tmp_path)) == [marker]
+        assert naming(_listing(real) - before, str(tmp_path)) == [marker]
     finally:
         os.unlink(marker)
 

@@ -157,11 +157,10 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx):
     # A relative name is from the folder the command starts in: a session's is in the
     # workspace (``./build.sh`` is the workspace's copy, not the host project's).
     look = env
-    if ctx.workspace is not None and env.get("PATH"):
-        from .session_mounts import search_path
+    if ctx.workspace is not None:
+        from .session_mounts import lookup_env
 
-        look = dict(env, PATH=search_path(env["PATH"], ctx.cwd, ctx.workspace.project, ctx.workspace.path,
-                                          mounted=False))
+        look = lookup_env(env, ctx.cwd, ctx.workspace, mounted=False)
     cmd0 = cmd[0] if "/" in cmd[0] else find_command(cmd[0], look)
     if cmd0 and not cmd0.startswith("/"):
         cmd0 = start_in.rstrip("/") + "/" + cmd0 if start_in is not None else os.path.abspath(cmd0)

@@ -191,13 +191,12 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             from .probe import find_command
 
             look = env
-            if workspace is not None and env.get("PATH"):
+            if workspace is not None:
                 # What the session's command finds on its PATH is the workspace's copy
                 # (where the runner shows the workspace at the project's path).
-                from .session_mounts import search_path
+                from .session_mounts import lookup_env
 
-                look = dict(env, PATH=search_path(env["PATH"], cwd, workspace.project, workspace.path,
-                                                   mounted=backend != "landlock"))
+                look = lookup_env(env, cwd, workspace, mounted=backend != "landlock")
             if "/" not in cmd[0] and not find_command(cmd[0], look):
                 settle()  # the PATH came from the plan
                 sys.stderr.write(f"sbxc: {one_line(cmd[0], 200)}: command not found\n")

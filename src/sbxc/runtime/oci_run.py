@@ -675,8 +675,9 @@ def _stdio_passed() -> bool:
 
 
 def _split_run(argv, base_argv, bundle, pid_file, cid, env, proxy, log_r, log_w, cleanup, watcher, sh) -> LaunchSpec:
-    """Host rules or a terminal: `runc create`, the proxy's listener (``proxy``: None when
-    there are no host rules), `runc start` (see the module text).
+    """Host rules, a terminal or a stdin to read (``_stdio_passed``): `runc create`, the
+    proxy's listener (``proxy``: None when there are no host rules), `runc start` (see the
+    module text).
 
     The core starts `runc create` (``argv``). ``launched`` waits for it to exit: the
     container's first process then waits on runc's exec fifo, with every namespace made

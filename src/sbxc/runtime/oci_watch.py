@@ -15,8 +15,9 @@ started before it, with a lifeline (``Watcher.start``) that only that runc holds
 deletes only once that runc has ended, so a container that was still being made when
 sbxc died is deleted too.
 
-A spawned shell in a session of its own (``_spawn`` says why), not a fork of sbxc: a forked Python process would cost sbxc a
-copy-on-write fault for every page it touches afterwards. The script's arguments are
+A spawned shell in a session of its own (``_spawn`` says why), not a fork of sbxc: a
+forked Python process would cost sbxc a copy-on-write fault for every page it touches
+afterwards. The script's arguments are
 passed as positional parameters, never spliced into its text. Every signal is blocked
 in it (a Ctrl-C to the terminal's process group reaches sbxc, which forwards it to the
 command; the watcher must outlive sbxc), its stdout and stderr are /dev/null, every other

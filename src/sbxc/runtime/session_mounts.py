@@ -134,19 +134,21 @@ def host_path(path: str, project: str, ws: str) -> str:
     return _moved(path, project, ws) if _inside(path, project) else path
 
 
-def search_path(path_var: str, cwd: str, project: str, ws: str, mounted: bool) -> str:
-    """``PATH`` for looking up on the host what a session's command finds on its own
-    ``PATH`` (started in ``cwd``, a path as the sandbox shows it): a relative entry is
-    from that folder, in the workspace on every backend; an absolute one in the project
-    is the workspace's where the runner mounts it there (``mounted``), the host's
-    read-only copy on Landlock."""
+def lookup_env(env: dict, cwd: str, ws, mounted: bool) -> dict:
+    """``env`` for looking up on the host (``probe.find_command``) what a session's command
+    (workspace ``ws``, a ``spec.Workspace``; started in ``cwd``, a path as the sandbox shows
+    it) finds on its own ``PATH``: a relative entry is from that folder, in the workspace on
+    every backend; an absolute one in the project is the workspace's where the runner
+    mounts it there (``mounted``), the host's read-only copy on Landlock."""
+    if not env.get("PATH"):
+        return env
     out = []
-    for d in path_var.split(":"):
+    for d in env["PATH"].split(":"):
         if not d.startswith("/"):
-            out.append(host_path(cwd.rstrip("/") + "/" + (d or "."), project, ws))
+            out.append(host_path(cwd.rstrip("/") + "/" + (d or "."), ws.project, ws.path))
         else:
-            out.append(host_path(d, project, ws) if mounted else d)
-    return ":".join(out)
+            out.append(host_path(d, ws.project, ws.path) if mounted else d)
+    return dict(env, PATH=":".join(out))
 
 
 def landlock_rules(rules: list, project: str, ws: str) -> list:
