@@ -219,7 +219,9 @@ def exec_startup(runs: int, sbxc: str, against: str = "") -> None:
         trees["other"] = startup.installed_command(against)
     with tempfile.TemporaryDirectory() as d:
         cases = {}
-        env = startup.bench_env()
+        root = os.path.join(d, "root")  # a cache root of its own: nothing goes into the user's
+        os.mkdir(root, 0o700)
+        env = dict(startup.bench_env(), SBXC_ROOT=root)
         for backend in ("bwrap", "landlock"):
             for label, net in (("network off", "false"), ("host rules", "[allow pkgs.example.invalid]")):
                 path = os.path.join(d, f"{backend}-{label[0]}.yaml")

@@ -82,16 +82,24 @@ def console_script(work: str, venv_bin: str) -> str:
 
 
 def make_project() -> tuple:
+    """A project under /var/tmp with the benchmark's policy, and a cache root of its own
+    beside it (``$SBXC_ROOT``, set here for this process and passed on by ``bench_env``):
+    the plans, caches and run folders the variants make go there and are removed with the
+    benchmark's folder, never into the user's own root. Its plans folder holds only this
+    benchmark's entries."""
     work = tempfile.mkdtemp(prefix="sbxc-bench-", dir="/var/tmp")
     project = os.path.join(work, "project")
     os.mkdir(project)
+    root = os.path.join(work, "root")
+    os.mkdir(root, 0o700)
+    os.environ["SBXC_ROOT"] = root
     with open(os.path.join(project, "sandbox.policy.yaml"), "w") as f:
         f.write(POLICY)
     return work, project
 
 
 def bench_env() -> dict:
-    return {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TERM", "USER")}
+    return {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TERM", "USER", "SBXC_ROOT")}
 
 
 def raw_bwrap(sbxc: str, project: str, work: str, env: dict, cmd: str, backend_flag=()):
