@@ -660,7 +660,14 @@ def _stdio_passed() -> bool:
     and runc reads its stdin ahead, to the end, whether the command reads it or not (a
     `while read` loop around sbxc lost every line after the first). A stdin that is
     /dev/null, or none at all (the core gives the command /dev/null then), has nothing to
-    read: such runs keep the single `runc run`."""
+    read: such runs keep the single `runc run`. Not so a stdout and stderr that are one
+    stream (``supervise.one_stream``: a caller's ``2>&1``): `runc run` copies the command's
+    stdout and stderr from two pipes of its own, and what the command wrote to one would
+    reach the stream out of order with what it wrote to the other."""
+    from .supervise import one_stream
+
+    if one_stream():
+        return True
     for fd in (0, 1, 2):
         try:
             if os.isatty(fd):

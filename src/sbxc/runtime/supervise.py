@@ -13,6 +13,8 @@ import sys
 
 from .errors import REFUSED, Refusal, one_line
 
+_EPIPE = 32  # errno.EPIPE, on Linux and macOS alike
+
 # Signals passed on to the sandbox process; the rest keep their default action.
 # SIGWINCH too: the command has no controlling terminal under bwrap (new session), so a
 # resize of the caller's terminal reaches it only this way.
@@ -201,25 +203,43 @@ def own_line(text: str, to_fd: bool = False) -> None:
         note(text)
 
 
-def _take(chunk: bytes, first: bytearray, scan) -> None:
+def _take(chunk: bytes, first: bytearray, scan) -> int:
     """A chunk of the command's stderr, once it is known to be the command's: relayed to
-    sbxc's stderr, its start kept in ``first`` (256 bytes in all), read by ``scan``."""
+    sbxc's stderr, its start kept in ``first`` (256 bytes in all), read by ``scan``. The
+    errno of a failed write, else 0."""
     if len(first) < 256:
         first += chunk[: 256 - len(first)]
-    _write_all(2, chunk)
+    failed = _write_all(2, chunk)
     _LINE_OPEN[0] = not chunk.endswith(b"\n")
     if scan is not None:
         scan.feed(chunk)
+    return failed
 
 
-def _write_all(fd: int, data: bytes) -> bool:
+def _write_all(fd: int, data: bytes) -> int:
+    """0, or the errno of the write that failed (the rest is dropped)."""
     while data:
         try:
             n = os.write(fd, data)
-        except OSError:
-            return False  # stderr went away: keep draining so the command is not blocked
+        except OSError as e:
+            return e.errno or -1
         data = data[n:]
-    return True
+    return 0
+
+
+def one_stream() -> bool:
+    """Whether sbxc's stdout and stderr are one file, pipe or socket (a caller's ``2>&1``,
+    or a program that reads both through one pipe), and not a terminal or a device such
+    as /dev/null: the command then gets the relay as both (``run``), so that what it
+    writes to either keeps its order, as it would have in that one stream."""
+    try:
+        out, err = os.fstat(1), os.fstat(2)
+    except OSError:
+        return False
+    if (out.st_dev, out.st_ino) != (err.st_dev, err.st_ino):
+        return False
+    kind = out.st_mode & 0o170000
+    return kind in (0o100000, 0o010000, 0o140000)  # a regular file, a FIFO or a pipe, a socket
 
 
 def _close_fds_except(keep) -> None:
@@ -311,10 +331,14 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
         relay = open_relay(2)
         interpose = relay is not None
     err_r = err_w = -1
+    merged = False
     if relay is not None:
         err_r, err_w = relay
     elif interpose:
         err_r, err_w = os.pipe()  # both O_CLOEXEC; err_w becomes fd 2 in the child
+        # stdout and stderr one stream (``2>&1``): the pipe is the child's fd 1 too, so
+        # the two keep the order they were written in (two ways to one file would not).
+        merged = one_stream()
     # Reports from the child between fork and exec (child_setup refusal, exec errno).
     rep_r, rep_w = os.pipe()
 
@@ -361,7 +385,8 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
         old_wakeup = _signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     try:
         spawned = spec.child_setup is None
-        pid = _spawn(spec, err_w, rep_r, rep_w) if spawned else -1
+        out_w = err_w if merged else -1
+        pid = _spawn(spec, err_w, rep_r, rep_w, out_w) if spawned else -1
         mask = None
         if pid < 0:
             spawned = False
@@ -376,7 +401,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
                 _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
                 raise
             if pid == 0:
-                _child(spec, err_w, rep_w, mask)  # never returns
+                _child(spec, err_w, rep_w, mask, out_w)  # never returns
         child[0] = pid
         if state is not None and spec.release is None:
             state.started = True  # from here on, no message may say the command did not run
@@ -459,7 +484,13 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
                     started = True
                     chunk = b"".join(held) + chunk  # the command's own, first: taken as the rest
                     held = []
-                _take(chunk, first, scan)
+                failed = _take(chunk, first, scan)
+                if failed == _EPIPE and merged:
+                    # The one stream's reader is gone (``sbxc exec -- yes 2>&1 | head``):
+                    # the pipe's read end is closed, so the command's next write gets
+                    # SIGPIPE, as it would have writing there itself. A stderr of its own
+                    # that went away is drained instead, so the command is not blocked.
+                    break
             master[0] = -1
             os.close(err_r)
             early = b"".join(held)  # read once the runner says whose it was (below)
@@ -571,7 +602,7 @@ def reap_within(pid: int, seconds: float, step: float = 0.001) -> None:
         time.sleep(step)
 
 
-def _spawn(spec, err_w: int, rep_r: int, rep_w: int) -> int:
+def _spawn(spec, err_w: int, rep_r: int, rep_w: int, out_w: int = -1) -> int:
     """Start ``spec.argv`` through the interpreter's own fork-and-exec (the one
     ``subprocess`` uses) when no Python code has to run in the child. On Linux it uses
     vfork: none of sbxc's page tables are copied and no copy-on-write fault follows in
@@ -579,7 +610,7 @@ def _spawn(spec, err_w: int, rep_r: int, rep_w: int) -> int:
     ``_child`` gives it: stderr into the relay, SIGPIPE and SIGXFSZ back at their default
     action (every other disposition as inherited: glibc's ``posix_spawn`` would leave its
     two internal signals ignored in the command), its own process group or session if asked, the
-    pass_fds and no other descriptor from 3 up. The pid; 0 when the exec failed (its
+    pass_fds and no other descriptor from 3 up; stdout ``out_w`` too unless it is -1. The pid; 0 when the exec failed (its
     report is on ``rep_w``, as ``_child`` writes it); -1 when this interpreter's call
     does not fit (the caller forks instead)."""
     try:
@@ -594,7 +625,7 @@ def _spawn(spec, err_w: int, rep_r: int, rep_w: int) -> int:
         keep = tuple(sorted({int(fd) for fd in spec.pass_fds} | {rep_w}))
         # The argument list of Python 3.11-3.13's private function; any other raises
         # TypeError before anything is started.
-        pid = fork_exec(list(spec.argv), [argv0], True, keep, None, env, -1, -1, -1, -1, -1, err_w, rep_r, rep_w,
+        pid = fork_exec(list(spec.argv), [argv0], True, keep, None, env, -1, -1, -1, out_w, -1, err_w, rep_r, rep_w,
                         True, spec.own_session, 0 if spec.own_pgrp else -1, None, None, None, -1, None, True)
     except (TypeError, ValueError):
         return -1
@@ -618,7 +649,7 @@ def _spawn_report(report: bytes, argv0: str) -> bytes:
     return f"refused:could not set up the sandbox ({report.decode('utf-8', 'replace')})\x00please report this".encode()
 
 
-def _child(spec, err_w: int, rep_w: int, mask=None) -> None:
+def _child(spec, err_w: int, rep_w: int, mask=None, out_w: int = -1) -> None:
     """In the forked child: stderr into the relay, close stray descriptors, set up, exec.
     ``mask``: the signal mask to go back to, once the forwarded signals have their default
     actions again (the supervisor's handlers are no use here: this process has no child of
@@ -639,6 +670,8 @@ def _child(spec, err_w: int, rep_w: int, mask=None) -> None:
             os.setsid()
         elif spec.own_pgrp:
             os.setpgid(0, 0)
+        if out_w >= 0:
+            os.dup2(out_w, 1)
         if err_w >= 0:
             os.dup2(err_w, 2)  # dup2 clears O_CLOEXEC on fd 2
         for fd in spec.pass_fds:
