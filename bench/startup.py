@@ -177,14 +177,20 @@ def peak_rss(fn, runs: int = 5):
 
 
 def print_table(res: dict, base_name: str) -> None:
+    """One line per variant. ``+ms vs raw``: the difference of the medians; ``paired``: the
+    median of the per-round differences (each round runs every variant once, one after
+    the other), which drift between rounds moves less."""
     base = statistics.median(res[base_name]["wall"])
-    print(f"{'variant':36} {'median ms':>10} {'p90 ms':>8} {'+ms vs raw':>11} {'ratio':>6} {'CPU ms':>7} {'peak RSS MiB':>13}")
+    base_runs = res[base_name]["wall"]
+    print(f"{'variant':36} {'median ms':>10} {'p90 ms':>8} {'+ms vs raw':>11} {'paired':>7} {'ratio':>6} {'CPU ms':>7} "
+          f"{'peak RSS MiB':>13}")
     for name, r in res.items():
         ts = sorted(r["wall"])
         med = statistics.median(ts)
         p90 = ts[int(len(ts) * 0.9) - 1]
+        paired = statistics.median(a - b for a, b in zip(r["wall"], base_runs))
         rss = "-" if r["rss"] is None else f"{r['rss'] / 1024:.1f}"
-        print(f"{name:36} {med:10.1f} {p90:8.1f} {med - base:11.1f} {med / base:6.2f} "
+        print(f"{name:36} {med:10.1f} {p90:8.1f} {med - base:11.1f} {paired:7.1f} {med / base:6.2f} "
               f"{statistics.median(r['cpu']):7.1f} {rss:>13}")
 
 
