@@ -72,7 +72,7 @@ def test_profile_beside_the_workload_is_the_oci_profile(case_root):
     assert code == 0, err
     listing = json.load(open(os.path.join(proj, "k8s", "workload.json")))
     assert listing["kind"] == "List"
-    pod = listing["items"][0]
+    pod = listing["items"][-1]
     where = pod["spec"]["securityContext"]["seccompProfile"]
     assert where["type"] == "Localhost"
     profile = json.load(open(os.path.join(proj, "k8s", where["localhostProfile"])))
@@ -97,8 +97,10 @@ def test_workload_shape(case_root):
     assert code == 0, err
     docs = _walk_docs(out)
     kinds = [d["kind"] for d in docs]
-    assert kinds[0] == "Pod" and "NetworkPolicy" in kinds
-    pod = docs[0]
+    # What the Pod needs comes before it: `kubectl apply -f` creates in the file's order, and a
+    # Pod created before its NetworkPolicy starts without it.
+    assert kinds[-1] == "Pod" and kinds.index("NetworkPolicy") < kinds.index("Pod")
+    pod = docs[-1]
     spec = pod["spec"]
     assert spec["automountServiceAccountToken"] is False and spec["restartPolicy"] == "Never"
     c = spec["containers"][0]
@@ -175,7 +177,7 @@ def test_mask_of_a_missing_path_without_read_root_exports(case_root):
     code, out, err, _ = _export("sbpl_narrow", case_root)
     assert code == 0, err
     assert "Traceback" not in err
-    assert _walk_docs(out)[0]["kind"] == "Pod"
+    assert _walk_docs(out)[-1]["kind"] == "Pod"
     assert "mask /var/tmp/sbxc-1000: partial: the path is missing on this host" in err
 
 

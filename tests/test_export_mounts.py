@@ -56,7 +56,7 @@ def export(root: str, policy: str, setup: str = "", *args, extra=None):
 
 
 def pod(docs) -> dict:
-    return docs[0]["spec"]
+    return docs[-1]["spec"]
 
 
 def mounts(docs) -> dict:
@@ -76,6 +76,12 @@ def test_read_inside_the_project_is_a_read_only_mount_of_the_claim(root):
     hooks = m[proj + "/.git/hooks"]
     assert hooks == {"name": claim["name"], "mountPath": proj + "/.git/hooks", "readOnly": True,
                      "subPath": ".git/hooks"}, hooks
+    # The folder between the claim and the read-only mount is a mount of the claim too, before
+    # it: renamed, it would take the hooks' mount along (tests/live/test_export_mounts_live.py).
+    assert m[proj + "/.git"] == {"name": claim["name"], "mountPath": proj + "/.git", "readOnly": False,
+                                 "subPath": ".git"}
+    order = [x["mountPath"] for x in pod(docs)["containers"][0]["volumeMounts"]]
+    assert order.index(proj + "/.git") < order.index(proj + "/.git/hooks")
     assert proj + "/src" not in m  # writable through the claim already: no emptyDir over it
     assert "read {project}/.git/hooks: enforced: a read-only mount of the same path of the volume claim" in err
     # Control: without the rule the hooks are only the claim's, writable.
@@ -207,3 +213,123 @@ def test_a_masked_file_inside_a_read_only_part_of_the_project(root):
     (init,) = pod(docs)["initContainers"]
     assert init["name"] == "sbxc-mount-files" and init["command"][-1] == proj + "/docs/f.txt", init
     assert init["volumeMounts"] == [dict(m[proj + "/docs"], readOnly=False)]
+
+
+def test_folders_between_a_writable_volume_and_a_mount_in_it_are_pinned(root):
+    """Every folder between a writable volume (the claim, an emptyDir) and a mount inside it
+    is a mount of that volume's same path, parents first; a mount right inside needs none,
+    and nothing is pinned inside a read-only volume (it cannot be renamed there)."""
+    proj = os.path.join(root, "proj")
+    data = os.path.join(root, "data")
+    code, docs, err = export(root, BASE + "filesystem:\n  - read {project}/a/b/c\n  - mask {project}/s/t/secret\n"
+                             f"  - read {{project}}/top\n  - tmpfs {data}\n  - read {data}/x/y\n",
+                             "dir proj/a/b/c\nfile proj/s/t/secret\ndir proj/top\ndir data/x/y\n")
+    assert code == 0, err
+    m = mounts(docs)
+    claim = m[proj]["name"]
+    for q, sub in (("/a", "a"), ("/a/b", "a/b"), ("/s", "s"), ("/s/t", "s/t")):
+        assert m[proj + q] == {"name": claim, "mountPath": proj + q, "readOnly": False, "subPath": sub}, q
+    assert m[data + "/x"] == {"name": m[data]["name"], "mountPath": data + "/x", "readOnly": False, "subPath": "x"}
+    order = [x["mountPath"] for x in pod(docs)["containers"][0]["volumeMounts"]]
+    assert order.index(proj + "/a") < order.index(proj + "/a/b") < order.index(proj + "/a/b/c")
+    assert m[proj + "/top"]["readOnly"] is True and proj + "/top" in m  # right inside: no pin above it
+    pinned = {x for x in m if not m[x]["readOnly"] and m[x].get("subPath") and x not in (proj,)}
+    assert pinned == {proj + "/a", proj + "/a/b", proj + "/s", proj + "/s/t", data + "/x"}, pinned
+    # Inside a read-only part of the project nothing is pinned: a folder there cannot be renamed.
+    code, docs, err = export(root, BASE + "filesystem:\n  - read {project}/ro\n  - write {project}/ro/d/e/w\n",
+                             "dir proj/ro/d/e/w\n")
+    assert code == 0, err
+    m = mounts(docs)
+    assert proj + "/ro/d" not in m and proj + "/ro/d/e" not in m and m[proj + "/ro/d/e/w"]["readOnly"] is False
+
+
+def _expand(text: str, names: dict) -> str:
+    """Kubernetes' expansion of a container's env value, command or args, as its API
+    documents it: $(NAME) becomes NAME's value where NAME is defined (else stays), $$
+    becomes $, and any other $ stays."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("$(", i) and ")" in text[i:]:
+            end = text.index(")", i)
+            name = text[i + 2:end]
+            out.append(names[name] if name in names else text[i:end + 1])
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def test_dollars_reach_the_pod_as_written(root):
+    """env.set values and the command's arguments are literal in a policy; Kubernetes would
+    expand $(NAME) in them and turn $$ into $. Each $ is written doubled."""
+    values = {"A": "$(PIP_CACHE_DIR)/x", "B": "cost $$5", "C": "$HOME and $", "D": "a$(B)b$$(C)"}
+    env_set = "".join(f"    {k}: {v!r}\n".replace("'", '"') for k, v in values.items())
+    cmd = ["sh", "-c", "echo $$; echo $(PIP_CACHE_DIR) $(A)"]
+    code, docs, err = export(root, BASE + "env:\n  set:\n" + env_set, "", "--", *cmd)
+    assert code == 0, err
+    c = pod(docs)["containers"][0]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    defined = {k: _expand(v, {}) for k, v in env.items()}  # what the Pod's variables hold
+    for k, v in values.items():
+        assert _expand(env[k], defined) == v, (k, env[k])
+    assert [_expand(a, defined) for a in c["command"]] == cmd, c["command"]
+    # Control: written as they are, the Pod would get other values.
+    assert _expand(values["B"], {}) != values["B"] and _expand(cmd[2], defined) != cmd[2]
+
+
+def test_yaml_strings_stay_strings_for_a_yaml_1_1_reader(root):
+    """kubectl reads YAML 1.1, where plain y, n, on, 1e3, 0o17 or -.5 are not strings; such
+    values are written quoted (PyYAML's own reader would take them as strings either way)."""
+    tricky = ["y", "N", "on", "1e3", "0o17", "-.5", ".inf", "1:30", "2024-01-02", "null", "~", ""]
+    env_set = "".join(f'    V{i}: "{v}"\n' for i, v in enumerate(tricky))
+    code, docs, err = export(root, BASE + "env:\n  set:\n" + env_set, "", "--", "yes", "n")
+    assert code == 0, err
+    from sbxc.commands import export as mod
+
+    text = mod.render(docs, "yaml")
+    for i, v in enumerate(tricky):
+        assert f'value: "{v}"' in text, v
+    assert '- "n"' in text
+    assert [d for d in yaml.safe_load_all(text)] == docs
+
+
+def test_names_are_ascii_dns_labels(root):
+    import re
+
+    dns = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    code, docs, err = export(root, BASE + "filesystem:\n  - mask {project}/donn\u00e9es\n", "dir proj/donn\u00e9es\n",
+                             "--name", "\u00dcn\u00efcode\u00b2")
+    assert code == 0, err
+    names = [v["name"] for v in pod(docs)["volumes"]] + [docs[-1]["metadata"]["name"]]
+    assert all(dns.match(n) for n in names), names
+    assert docs[-1]["metadata"]["name"] == "n-code", docs[-1]["metadata"]
+
+
+def test_text_a_manifest_cannot_carry_is_refused(root):
+    from sbxc.commands import export as mod
+
+    code, docs, err = export(root, BASE, "", "--", "echo", "\udcff\udcfe")
+    assert code == 1 and "is not valid UTF-8" in err and not docs, err
+    code, docs, err = export(root, BASE, "", "--image", "")
+    assert code == 1 and "--image is empty" in err and not docs, err
+    assert mod  # control below: a plain argument exports
+    code, docs, err = export(root, BASE, "", "--", "echo", "ok")
+    assert code == 0 and docs, err
+
+
+def test_kubelet_files_and_shapes_a_pod_cannot_start_with(root):
+    code, docs, err = export(root, BASE)
+    assert code == 0 and "read /: partial:" in err and "/etc/hosts and /dev/termination-log stay writable" in err
+    extra = {"/dev": ("dir", 0, 0o755), "/dev/termination-log": ("file", 0, 0o644)}
+    code, docs, err = export(root, BASE + "filesystem:\n  - mask /dev/termination-log\n", "", extra=extra)
+    assert code == 0, err
+    assert "mask /dev/termination-log: partial: the kubelet mounts the container's termination-message file" in err
+    assert "/dev/termination-log" not in mounts(docs)
+    code, docs, err = export(root, BASE + "filesystem:\n  - mask /etc\n")
+    assert code == 1 and "SBX050" in err and "an empty volume there fails the Pod" in err, err
+    code, docs, err = export(root, "sbxc: 1\nfilesystem:\n  - write /\n")
+    assert code == 1 and "SBX050" in err and "a volume over / hides the image" in err, err

@@ -124,7 +124,7 @@ def test_export_validates(source, fmt, kind, root):
                                 "--image", "registry.invalid/build:1", "--", "make", "test")
     assert code == 0, err
     docs = parse(out, fmt)
-    assert docs[0]["kind"] == {"pod": "Pod", "job": "Job"}[kind]
+    assert docs[-1]["kind"] == {"pod": "Pod", "job": "Job"}[kind]
     for doc in docs:
         assert doc["kind"] in KINDS, doc["kind"]
         validate(doc)
@@ -139,7 +139,7 @@ def test_export_as_root_and_user_with_network_flag_validates(uid, network, root)
     code, out, err, _ = _export(root, files, "", {}, network, uid=uid)
     assert code == 0, err
     docs = parse(out, "yaml")
-    sc = docs[0]["spec"]["securityContext"]
+    sc = docs[-1]["spec"]["securityContext"]
     assert ("runAsNonRoot" in sc) == (uid != 0)
     assert any(d["kind"] == "NetworkPolicy" for d in docs) == (network == "--network=false")
     for doc in docs:
@@ -156,7 +156,7 @@ def test_written_workload_validates(fmt, root):
     docs = parse(open(os.path.join(proj, "k8s", f"workload.{fmt}")).read(), fmt)
     for doc in docs:
         validate(doc)
-    pod_spec = docs[0]["spec"]["template"]["spec"]
+    pod_spec = docs[-1]["spec"]["template"]["spec"]
     profile = json.load(open(os.path.join(proj, "k8s", pod_spec["securityContext"]["seccompProfile"]["localhostProfile"])))
     assert profile["defaultAction"] == "SCMP_ACT_ALLOW" and profile["syscalls"]
     for entry in profile["syscalls"]:
@@ -190,23 +190,23 @@ def _real_docs(root):
 
 
 def _job_container(docs):
-    return docs[0]["spec"]["template"]["spec"]["containers"][0]
+    return docs[-1]["spec"]["template"]["spec"]["containers"][0]
 
 
 BREAKS = {
     # A misspelt field: the API server drops it, so the root would stay writable.
     "misspelt-field": lambda docs: _job_container(docs)["securityContext"].update(readOnlyRootFileSystem=True),
     # A number where the API wants an integer.
-    "uid-as-text": lambda docs: docs[0]["spec"]["template"]["spec"]["securityContext"].update(runAsUser="1000"),
+    "uid-as-text": lambda docs: docs[-1]["spec"]["template"]["spec"]["securityContext"].update(runAsUser="1000"),
     # A volume without its required name.
-    "volume-without-name": lambda docs: docs[0]["spec"]["template"]["spec"]["volumes"][0].pop("name"),
+    "volume-without-name": lambda docs: docs[-1]["spec"]["template"]["spec"]["volumes"][0].pop("name"),
     # capabilities.drop must be a list.
     "drop-not-a-list": lambda docs: _job_container(docs)["securityContext"]["capabilities"].update(drop="ALL"),
     # policyTypes must be a list.
     "netpol-types-not-a-list": lambda docs: next(d for d in docs if d["kind"] == "NetworkPolicy")["spec"].update(
         policyTypes="Egress"),
     # A Job's template without containers.
-    "job-without-containers": lambda docs: docs[0]["spec"]["template"]["spec"].pop("containers"),
+    "job-without-containers": lambda docs: docs[-1]["spec"]["template"]["spec"].pop("containers"),
 }
 
 

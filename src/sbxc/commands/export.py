@@ -29,6 +29,8 @@ from ._output import write_file
 
 TARGET = "kubernetes"
 _LABEL = "sbxc.dev/workload"
+TERMINATION_LOG = "/dev/termination-log"  # a container's default terminationMessagePath
+ETC_HOSTS = "/etc/hosts"  # the kubelet's own mount, writable, unless the container mounts one there
 
 
 
@@ -40,7 +42,9 @@ def main(argv) -> int:
 
 
 def _dns_name(text: str) -> str:
-    out = "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
+    """``text`` as a DNS label (what Kubernetes takes as a name): ASCII letters and digits
+    in lower case, runs of anything else one ``-``."""
+    out = "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in text.lower()).strip("-")
     while "--" in out:
         out = out.replace("--", "-")
     return (out or "project")[:50].strip("-")
@@ -63,6 +67,7 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
     by_path = {r.path: r for r in plan.fs}
 
     role: dict[str, str] = {}  # mountPath -> "claim", "claim-ro", "scratch", "mask" or "file"
+    at: dict[str, dict] = {}  # mountPath -> its volumeMount
     claim = [""]  # the project's volume claim: its volume name
 
     def vol(rule, source: dict, read_only: bool, what: str, sub_path: str = "", name_: str = "") -> None:
@@ -71,11 +76,33 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
             vname = "sbxc-empty"
         if not any(v["name"] == vname for v in volumes):
             volumes.append({"name": vname, **source})
+        pin(rule.path)
         m = {"name": vname, "mountPath": rule.path, "readOnly": read_only}
         if sub_path:
             m["subPath"] = sub_path
         mounts.append(m)
         role[rule.path] = what
+        at[rule.path] = m
+
+    def pin(path: str) -> None:
+        """The folders between a writable volume (the claim, an emptyDir) and a mount made
+        inside it become mounts of that volume too, of the same path, writable: a folder
+        that is a mount point cannot be renamed. Else the command renames the folder above
+        the deeper mount (``mv .git .git-old``, which moves the read-only
+        ``.git/hooks`` mount along) and makes the path anew, writable, in the volume: hooks
+        of its own in the claim, where the next Pod's git runs them. The same as the OCI
+        backend's self-binds (``backends.oci``)."""
+        under = holder(path)
+        if under is None or under == "/" or role.get(under) not in ("claim", "scratch"):
+            return
+        base = at[under]
+        between = [q for q in _parents(path) if q.startswith(under + "/")]
+        for q in reversed(between):  # parents first, as the runtime mounts them
+            sub = "/".join(x for x in (base.get("subPath", ""), q[len(under) + 1:]) if x)
+            m = {"name": base["name"], "mountPath": q, "readOnly": False, "subPath": sub}
+            mounts.append(m)
+            role[q] = role[under]
+            at[q] = m
 
     def holder(path: str):
         """The deepest mount made so far strictly above ``path`` (rules come parents first):
@@ -105,6 +132,11 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
         inside = role.get(under, "")
         if any(is_within(p, own) for own in ("/proc", "/dev")):
             entry = p[5:].split("/", 1)[0] if p.startswith("/dev/") else ""
+            if p == TERMINATION_LOG and rule.access == MASK:
+                verdicts.append(verdict(TARGET, subj, PARTIAL, rule.span,
+                                        "the kubelet mounts the container's termination-message file there, "
+                                        "writable (terminationMessagePath): no volume can take its place"))
+                continue
             if rule.access != MASK:
                 verdicts.append(verdict(TARGET, subj, NARROWED, rule.span,
                                         "the container runtime gives the Pod its own /proc and /dev"))
@@ -151,6 +183,17 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
                                         + ("" if rule.access == MASK else ": a Pod cannot see this host's files")))
                 continue
             points.setdefault(under, []).append(p)
+        if p == "/etc" and rule.access in (MASK, TMPFS):
+            verdicts.append(verdict(TARGET, subj, NOT_ENFORCEABLE, rule.span,
+                                    "the kubelet and the runtime mount /etc/hosts, /etc/hostname and /etc/resolv.conf "
+                                    "into the container's /etc, and an empty volume there fails the Pod at its start; "
+                                    "mask the files in /etc instead"))
+            continue
+        if p == "/" and rule.access in (WRITE, TMPFS):
+            verdicts.append(verdict(TARGET, subj, NOT_ENFORCEABLE, rule.span,
+                                    "a Pod's root is its image: a volume over / hides the image and the Pod cannot "
+                                    "start; use `read /` and write rules for the folders the command writes"))
+            continue
         if rule.access == MASK:
             if rule.kind == KIND_MISSING:
                 if parent is not None and parent.access in (WRITE, TMPFS):
@@ -194,8 +237,9 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
                                     "and nothing written there reaches a host"))
         elif rule.access == READ:
             if p == "/":
-                verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
-                                        "the image's files, read-only (readOnlyRootFilesystem)"))
+                verdicts.append(verdict(TARGET, subj, PARTIAL, rule.span,
+                                        "the image's files, read-only (readOnlyRootFilesystem), but for the files the "
+                                        f"kubelet mounts itself: {ETC_HOSTS} and {TERMINATION_LOG} stay writable"))
             elif inside == "claim":
                 # The same path of the project's volume, mounted again read-only on top: a
                 # `read {project}/.git/hooks` must not stay writable through the claim.
@@ -219,6 +263,13 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
                                         "only if the image has it"))
     for s in plan.skipped:
         verdicts.append(verdict(TARGET, f"{s.access}? {s.path}", SKIPPED, s.span, s.reason))
+    inner = [r for r in plan.fs if claim[0] and r.path != plan.project and r.path.startswith(plan.project + "/")]
+    if inner:
+        verdicts.append(verdict(TARGET, "rules inside the project", PARTIAL, inner[0].span,
+                                "resolved on this host's copy of the project (links followed, files told from "
+                                f"folders): the volume claim {name}-project must hold the same, or a rule meets "
+                                "something else there (a file where this host has a link) or the Pod fails to start "
+                                "(a file where this host has a folder)"))
 
     span0 = plan.fs[0].span if plan.fs else BUILTIN_SPAN
     if not any(r.path == "/" and r.access in (READ, WRITE) for r in plan.fs):
@@ -262,14 +313,18 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
             "spec": {"podSelector": {"matchLabels": {_LABEL: name}}, "policyTypes": ["Ingress", "Egress"],
                      "ingress": ingress, "egress": egress},
         }
-        why = ("the NetworkPolicy holds only where the cluster's network plugin enforces NetworkPolicy; "
-               "the Pod's own loopback stays open")
+        why = ("the NetworkPolicy holds only where the cluster's network plugin enforces NetworkPolicy, and only "
+               "once the plugin has matched the Pod (apply it first: it comes first in the output); traffic between "
+               "the Pod and its own node (the node's services, a node-local DNS cache) stays allowed whatever the "
+               "policy, other NetworkPolicies that select the Pod add what they allow, and the Pod's own loopback "
+               "stays open")
         if net.mode == NET_OFF:
             verdicts.append(verdict(TARGET, "network: false", PARTIAL, net.span, why))
         for r in net.rules:
             ports = str(r.port_lo) if r.port_lo == r.port_hi else f"{r.port_lo}-{r.port_hi}"
             verdicts.append(verdict(TARGET, f"{r.op} {r.proto} {ports}", PARTIAL, r.span,
-                                    why + ("; to any address" if r.op == "connect" else "; from any address")))
+                                    why + ("; to any address (the cluster's API server and a cloud's metadata "
+                                           "address among them)" if r.op == "connect" else "; from any address")))
         for h in getattr(net, "hosts", ()):
             # A NetworkPolicy matches addresses and ports, never names, and no proxy runs in
             # the Pod: the host gets no egress rule, so it stays unreachable.
@@ -295,13 +350,14 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
     else:
         verdicts.append(verdict(TARGET, "network: true", ENFORCED, net.span))
 
-    env = [{"name": k, "value": v} for k, v in list(plan.cache.env) + list(plan.env.set)]
-    if plan.env.passed:
-        verdicts.append(verdict(TARGET, "env", NARROWED, span0,
-                                "a Pod has no caller's environment: env.pass lets nothing through, only env.set "
-                                "and the cache variables are set"))
-    else:
-        verdicts.append(verdict(TARGET, "env", ENFORCED, span0))
+    # Kubernetes expands $(NAME) in a container's env values, command and args, and reads
+    # $$ as $: every $ is written doubled, so each value and argument stays as written.
+    env = [{"name": k, "value": _literal(v)} for k, v in list(plan.cache.env) + list(plan.env.set)]
+    verdicts.append(verdict(TARGET, "env", PARTIAL, span0,
+                            ("a Pod has no caller's environment: env.pass lets nothing through; " if plan.env.passed
+                             else "") + "env.set and the cache variables are set, and so are the image's own "
+                            "variables (its ENV) and the cluster's KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT "
+                            "(enableServiceLinks: false drops the other services' variables, not these)"))
     verdicts.append(verdict(TARGET, "capabilities", ENFORCED, BUILTIN_SPAN))
     verdicts.append(verdict(TARGET, "processes", ENFORCED, BUILTIN_SPAN, "the Pod's own PID namespace (no shareProcessNamespace, no hostPID)"))
     verdicts.append(verdict(TARGET, "ipc", ENFORCED, BUILTIN_SPAN))
@@ -328,7 +384,7 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
         "volumeMounts": mounts,
     }
     if command:
-        container["command"] = list(command)
+        container["command"] = [_literal(a) for a in command]
     init = []
 
     def maker(cname: str, argv: list, where: dict) -> dict:
@@ -379,12 +435,20 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
                "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": labels}, "spec": pod_spec}}}
     else:
         doc = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": pod_spec}
-    docs = [doc]
-    if need_empty_file:
-        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-empty"}, "data": {"empty": ""}})
+    # The NetworkPolicy and the ConfigMap first: `kubectl apply -f` creates in the file's
+    # order, and a Pod created before its NetworkPolicy starts without it.
+    docs = []
     if policy_doc is not None:
         docs.append(policy_doc)
+    if need_empty_file:
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-empty"}, "data": {"empty": ""}})
+    docs.append(doc)
     return docs, verdicts, profile
+
+
+def _literal(text: str) -> str:
+    """``text`` as Kubernetes keeps it in a container's env value, command or args."""
+    return text.replace("$", "$$")
 
 
 def _parents(path: str):
@@ -400,7 +464,27 @@ def render(docs, fmt: str) -> str:
         return json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}, indent=1) + "\n"
     import yaml  # only here: export is not on any hot path
 
-    return "---\n".join(yaml.safe_dump(d, sort_keys=False, default_flow_style=False) for d in docs)
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper, value):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"' if _ambiguous(value) else None)
+
+    Dumper.add_representer(str, text)
+    return "---\n".join(yaml.dump(d, Dumper=Dumper, sort_keys=False, default_flow_style=False, allow_unicode=False)
+                         for d in docs)
+
+
+# What YAML 1.1 (the YAML reader of kubectl and the API server) takes for a boolean or a
+# null when written plain; PyYAML's own reader knows fewer (not y and n).
+_YAML11_WORDS = frozenset(("", "~", "null", "y", "yes", "n", "no", "true", "false", "on", "off"))
+
+
+def _ambiguous(value: str) -> bool:
+    """Whether a string written plain could be read back as something else by another YAML
+    reader: a YAML 1.1 boolean or null word, or anything that starts like a number (1e3,
+    0o17, -.5, .inf, 1:30, a date). Such strings are written quoted."""
+    return value.lower() in _YAML11_WORDS or value[:1] in "+-.0123456789"
 
 
 def run(argv, *, cwd, environ, host, probe=None, stdout=None, stderr=None, paths=None) -> int:
@@ -428,6 +512,20 @@ def run(argv, *, cwd, environ, host, probe=None, stdout=None, stderr=None, paths
     diags = list(res.diagnostics)
     if res.plan is None:
         stderr.write(render_text(diags, res.lines, cwd))
+        return 1
+    for what, text in [("an argument of the command", a) for a in command] + \
+            [(f"the value of {k}", v) for k, v in list(res.plan.cache.env) + list(res.plan.env.set)]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # A byte that is not UTF-8 (surrogateescape): a manifest carries text only, and
+            # the Pod would get another value than the one given.
+            stderr.write(f"sbxc export: {what} is not valid UTF-8, which a Kubernetes manifest cannot carry; "
+                         "pass it in UTF-8\n")
+            return 1
+    if args.image is not None and not args.image.strip():
+        stderr.write("sbxc export: --image is empty; name the image the Pod runs (or leave --image out for the "
+                     "placeholder IMAGE)\n")
         return 1
     name = _dns_name(args.name or "sbxc-" + os.path.basename(res.plan.project))
     profile_path = f"profiles/{name}.json"
