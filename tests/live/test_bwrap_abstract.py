@@ -88,6 +88,40 @@ def test_network_on_cannot_reach_host_abstract_socket(sbxc, abstract_server, bac
     assert r.rc == 127, r
 
 
+@pytest.mark.parametrize("stdio", ["stdin a pipe", "one stream", "a terminal"])
+def test_every_oci_path_scopes_host_abstract_sockets(sbxc, abstract_server, runc, stdio):
+    """An OCI run whose stdio reach the command as they are (`runc create` + `runc start`:
+    a stdin to read, stdout and stderr one stream, a terminal) starts inside the same
+    domain as a single `runc run`. Before, only that one had it: an OCI run from a terminal,
+    or fed a pipe, reached the host's X11, D-Bus and container shims' abstract sockets."""
+    name, hits = abstract_server
+    if _abi() < 6:
+        pytest.fail(f"Landlock ABI {_abi()} on this kernel; the scope needs 6")
+    from conftest import base_env, pty_run, sbxc_argv
+
+    pol = "sbxc: 1\nextends: [builtin:default]\nbackend: oci\nnetwork: true\n"
+    with open(os.path.join(sbxc.project, "sandbox.policy.yaml"), "w") as f:
+        f.write(pol)
+    argv = sbxc_argv("exec", "--", SANDBOX_PYTHON, "-c", _PROBE, name)
+    env = base_env(sbxc.home)
+    if stdio == "stdin a pipe":
+        r, w = os.pipe()
+        os.close(w)
+        with os.fdopen(r, "rb") as rf:
+            p = subprocess.run(argv, env=env, cwd=sbxc.project, stdin=rf, capture_output=True, text=True, timeout=60)
+        rc, out = p.returncode, p.stdout
+    elif stdio == "one stream":
+        p = subprocess.run(argv, env=env, cwd=sbxc.project, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=60)
+        rc, out = p.returncode, p.stdout
+    else:
+        rc, got = pty_run(argv, env, sbxc.project)
+        out = got.decode("utf-8", "replace")
+    assert rc == 0, out
+    assert "errno 1" in out, out  # EPERM from the scope
+    assert not hits
+
+
 def test_control_outside_connects(abstract_server):
     name, hits = abstract_server
     p = subprocess.run([SANDBOX_PYTHON, "-c", _PROBE, name], capture_output=True, text=True, timeout=30)

@@ -681,7 +681,8 @@ def _stdio_passed() -> bool:
     return not (st.st_mode & 0o170000 == 0o020000 and st.st_rdev == _DEV_NULL)
 
 
-def _split_run(argv, base_argv, bundle, pid_file, cid, env, proxy, log_r, log_w, cleanup, watcher, sh) -> LaunchSpec:
+def _split_run(argv, base_argv, bundle, pid_file, cid, env, proxy, log_r, log_w, cleanup, watcher, sh,
+               setup=None) -> LaunchSpec:
     """Host rules, a terminal or a stdin to read (``_stdio_passed``): `runc create`, the
     proxy's listener (``proxy``: None when there are no host rules), `runc start` (see the
     module text).
@@ -908,7 +909,7 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, proxy, log_r, log_w,
 
     # Cleanups run last first: the lifeline is dropped before the watcher is ended (it waits
     # on it when told to delete).
-    return LaunchSpec(argv + ["create", "--bundle", bundle, "--pid-file", pid_file, cid], env,
+    return LaunchSpec(argv + ["create", "--bundle", bundle, "--pid-file", pid_file, cid], env, child_setup=setup,
                       pass_fds=[log_w, life_w], exec_is_command=False, started=lambda: started[0],
                       setup_failed=setup_failed, command_status=command_status,
                       cleanups=[cleanup, watcher.finish, drop_lifeline, end_container],
@@ -1062,9 +1063,18 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     argv += rootless
     # Ends the container if sbxc itself ends without ending the run (oci_watch).
     watcher = Watcher()
+    # With the host's network the container shares its network namespace, and with it the
+    # host's abstract Unix sockets: runc (create or run), and so the command, starts inside
+    # a Landlock domain that scopes them (bwrap_scope), on either path.
+    setup = None
+    if net == "on":
+        from .bwrap_scope import child_setup
+
+        setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))
     if split:
         base_argv = [found, "--root", bundle, "--log", "/proc/self/fd/2", "--log-format", "text"] + rootless
-        return _split_run(argv, base_argv, bundle, pid_file, cid, RUNC_ENV, proxy, log_r, log_w, cleanup, watcher, sh)
+        return _split_run(argv, base_argv, bundle, pid_file, cid, RUNC_ENV, proxy, log_r, log_w, cleanup, watcher, sh,
+                          setup)
     argv += ["run", "--bundle", bundle, "--pid-file", pid_file, cid]
 
     read_log = _log_reader(log_r)
@@ -1171,11 +1181,6 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
         code = exec_status(log_error(read_log()))
         return code if code is not None else status
 
-    setup = None
-    if net == "on":
-        from .bwrap_scope import child_setup
-
-        setup = child_setup(int((planfile.get("host") or {}).get("landlock_abi") or 0))
     return LaunchSpec(argv, dict(RUNC_ENV), pass_fds=[log_w], exec_is_command=False, child_setup=setup, started=started,
                       setup_failed=setup_failed, command_status=command_status, cleanups=[cleanup, end_watch],
                       own_session=True,
