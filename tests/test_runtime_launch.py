@@ -252,3 +252,35 @@ def test_stderr_held_until_the_start_is_seen_is_read_for_the_hints(tmp_path, aft
     assert p.stderr.startswith("cp: cannot create /etc/x: Permission denied\n" + after), p.stderr
     read = p.stderr.splitlines()[-1]
     assert read.startswith("sbxc: read [") and "/etc/x" in read, p.stderr
+
+
+def test_a_plan_that_names_a_fifo_or_a_device_is_never_opened(tmp_path):
+    """``--plan`` may name a file where a sandboxed command writes, which it can swap for a
+    link to a FIFO or a device: the name is looked at through ``O_PATH`` and refused, never
+    opened (a FIFO held sbxc until a writer came; a device's open runs its driver)."""
+    import threading
+
+    fifo = tmp_path / "plan.fifo"
+    os.mkfifo(fifo)
+    link = tmp_path / "plan.json"
+    link.symlink_to(fifo)
+    got = []
+
+    def load():
+        try:
+            planload.load_planfile(str(link))
+        except errors.Refusal as r:
+            got.append(r.line())
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    t.join(5)
+    held = t.is_alive()
+    if held:
+        # Still in its open of the FIFO, waiting for a writer: one lets it go, so the test ends.
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(10)
+    assert not held, "sbxc opened the FIFO and waited for a writer"
+    assert got and "is not a plan file" in got[0], got
+    with pytest.raises(errors.Refusal, match="is not a plan file"):
+        planload.load_planfile("/dev/null")  # a character device: looked at, not opened

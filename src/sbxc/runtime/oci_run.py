@@ -217,23 +217,55 @@ def _interpreter(path: str, cwd: str, checks, depth: int = 0, links=(), at=None)
         return 127
     if at is not None:
         real = at(real)
-    try:
-        st = os.stat(real)
-    except OSError:
+    pfd = _path_fd(real)
+    if pfd < 0:
         return 127
-    if st.st_mode & 0o170000 != 0o100000 or not os.access(real, os.X_OK):
-        return 126
-    if depth >= 4:
-        return 0
     try:
-        f = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return 0  # execute-only: the kernel decides
+        if not _executable_file(pfd):
+            return 126
+        if depth >= 4:
+            return 0
+        f = _reopen(pfd)
+        if f < 0:
+            return 0  # execute-only: the kernel decides
+    finally:
+        os.close(pfd)
     try:
         _code, inner = _format(os.pread(f, 256, 0), f)
     finally:
         os.close(f)
     return _interpreter(inner, cwd, checks, depth + 1, links, at) if inner else 0
+
+
+def _path_fd(path: str) -> int:
+    """An ``O_PATH`` descriptor of what ``path`` names now (the kernel follows its links in
+    one walk), or -1. ``O_PATH`` opens nothing: no device driver's open runs and no FIFO
+    blocks. The file may lie where a sandboxed command writes (the project), and that
+    command may swap it for a link to a device while sbxc looks: sbxc, outside the sandbox
+    and perhaps root, then looks only through this descriptor (``_executable_file``,
+    ``_reopen``), never by the path again."""
+    try:
+        return os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return -1
+
+
+def _executable_file(pfd: int) -> bool:
+    """Whether ``pfd`` (``_path_fd``) is a regular file this process may execute."""
+    try:
+        st = os.fstat(pfd)
+    except OSError:
+        return False
+    return st.st_mode & 0o170000 == 0o100000 and os.access(f"/proc/self/fd/{pfd}", os.X_OK)
+
+
+def _reopen(pfd: int) -> int:
+    """The regular file ``pfd`` names, opened for reading (the same inode, through
+    /proc/self/fd), or -1 when it may not be read (execute-only)."""
+    try:
+        return os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return -1
 
 
 def _format(head: bytes, f: int):
@@ -314,17 +346,18 @@ def program(cmd: list, env: dict, cwd: str, checks=(), links=(), at=None) -> lis
         if not real:
             return args  # missing or hidden in the sandbox: runc's own search decides
         host = at(real)
-    try:
-        st = os.stat(host)
-    except OSError:
+    pfd = _path_fd(host)
+    if pfd < 0:
         return args  # gone, or not reachable here: runc's own search decides
-    if st.st_mode & 0o170000 != 0o100000 or not os.access(host, os.X_OK):
-        # A folder, a FIFO, a device or a socket: execve refuses them all (EACCES), and a
-        # FIFO would block the read below.
-        raise NotStartable(126, name)
     try:
-        f = os.open(host, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
+        if not _executable_file(pfd):
+            # A folder, a FIFO, a device or a socket: execve refuses them all (EACCES); none
+            # is ever opened here (``_path_fd``).
+            raise NotStartable(126, name)
+        f = _reopen(pfd)
+    finally:
+        os.close(pfd)
+    if f < 0:
         return args  # execute-only: nothing to read, the kernel decides
     try:
         code, interp = _format(os.pread(f, 256, 0), f)

@@ -16,10 +16,16 @@ ENTRY_VERSION = 2  # the plan cache's numbering: one folder, one version
 def load_planfile(path: str) -> dict:
     """A plan file written by ``sbxc compile -o``; parsed with ``json`` once per content,
     then served from the marshal copy keyed by the file's sha256."""
+    from .safeopen import open_regular
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        # Never a device's or a FIFO's open, whatever the name leads to by now (the file may
+        # lie where a sandboxed command writes: the refusal for that place comes later).
+        fd = open_regular(path)
     except OSError as e:
         raise Refusal(f"cannot read the plan {one_line(path, 200)} ({e.strerror})", "check the path; make it with sbxc compile -o PLAN") from None
+    if fd < 0:
+        raise Refusal(f"{one_line(path, 200)} is not a plan file", "make it with sbxc compile -o PLAN")
     try:
         st = os.fstat(fd)
         if (st.st_mode & 0o170000) != 0o100000 or st.st_size > MAX_PLAN_BYTES:

@@ -27,7 +27,7 @@ from .. import layout
 from ..discovery import candidates
 from ..layout import BUILTIN_PREFIX, MAX_POLICY_BYTES, builtin_policy_path
 from .errors import Refusal, one_line
-from .safeopen import real_paths
+from .safeopen import open_regular, real_paths
 
 try:  # the builtin module: ``hashlib`` costs ~6 ms of imports (OpenSSL bindings)
     from _sha256 import sha256
@@ -194,23 +194,14 @@ def policy_state(path: str) -> str:
     takes regular files only, would not find). Only a regular file is opened for reading:
     a sandboxed command can link the name to a device (opening one runs its driver: a
     watchdog reboots the host, a serial port raises DTR) or a FIFO. O_PATH opens the name
-    alone; what it names is then opened through /proc/self/fd, the same inode."""
-    o_path = getattr(os, "O_PATH", 0)
+    alone; what it names is then opened through /proc/self/fd, the same inode
+    (``safeopen.open_regular``)."""
     try:
-        if o_path:
-            pfd = os.open(path, o_path | os.O_CLOEXEC)
-            try:
-                if (os.fstat(pfd).st_mode & 0o170000) != 0o100000:
-                    return ""
-                fd = os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_CLOEXEC)
-            finally:
-                os.close(pfd)
-        else:  # macOS: stat first, then a non-blocking open that takes no terminal
-            if (os.stat(path).st_mode & 0o170000) != 0o100000:
-                return ""
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        fd = open_regular(path)
     except OSError as e:
         _raise_if_sbxc_failed(e)
+        return ""
+    if fd < 0:
         return ""
     try:
         st = os.fstat(fd)

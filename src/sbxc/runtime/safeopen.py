@@ -27,6 +27,37 @@ class Unsafe(Exception):
         self.fix = fix
 
 
+# --- opening a file that a sandboxed command may have swapped ------------------------------
+
+def open_regular(path: str) -> int:
+    """``path`` opened for reading when it names a regular file, else -1: a folder, a FIFO,
+    a device or a socket is never opened. A sandboxed command that writes where the file
+    lies (the project) can swap it for a link to a device at any moment, and opening one
+    runs its driver on the host (a watchdog reboots it, a serial line raises DTR), as sbxc,
+    perhaps root; a FIFO would hold sbxc. On Linux the name is opened ``O_PATH`` (the
+    kernel follows its links in one walk and opens nothing), that descriptor is checked with
+    ``fstat``, and the same inode is opened through /proc/self/fd. Elsewhere (macOS): a
+    stat, then a non-blocking open that takes no terminal, checked again. OSError when the
+    path cannot be opened."""
+    o_path = getattr(os, "O_PATH", 0)
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+    if o_path:
+        pfd = os.open(path, o_path | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(pfd).st_mode):
+                return -1
+            return os.open(f"/proc/self/fd/{pfd}", flags)
+        finally:
+            os.close(pfd)
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        return -1
+    fd = os.open(path, flags)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return -1
+    return fd
+
+
 # --- opening folders safely ---------------------------------------------------------------
 
 FIX_ROOT = ("set cache.root to a folder you own, in a folder only root and you can write (the default is "
