@@ -139,7 +139,7 @@ def test_project_id_property(a, b):
 
 # --- the default root stays masked whatever cache.root says -----------------------------------
 
-def _compile_with(tmp_path, cache_yaml, extra=None):
+def _compile_with(tmp_path, cache_yaml, extra=None, env=None):
     from compiler_fakes import FakePaths, fake_environ, fake_host, make_tree
     from sbxc.compiler.api import compile_policy
 
@@ -149,8 +149,8 @@ def _compile_with(tmp_path, cache_yaml, extra=None):
     with open(os.path.join(proj, "sandbox.policy.yaml"), "w") as f:
         f.write("sbxc: 1\nfilesystem:\n  - read /\n  - write {project}\n" + cache_yaml)
     home = os.path.join(root, "home/user")
-    return compile_policy(None, cwd=proj, environ=fake_environ(home), host=fake_host(home=home), overrides={},
-                          paths=FakePaths(root, extra))
+    return compile_policy(None, cwd=proj, environ=fake_environ(home, **(env or {})), host=fake_host(home=home),
+                          overrides={}, paths=FakePaths(root, extra))
 
 
 @pytest.mark.parametrize("cache_yaml", ["cache:\n  root: /opt/cache-{uid}\n", "cache:\n  tools: []\n", ""])
@@ -167,6 +167,21 @@ def test_default_root_is_masked_with_any_cache_setting(tmp_path, cache_yaml):
         assert "plan cache" in rules[0].written  # the report says why it is there
         assert decide(r.plan, "/opt/cache-1000").access == "mask"
         assert decide(r.plan, r.plan.cache.dir).access == "write"
+
+
+def test_sbxc_root_keeps_the_fixed_default_root_masked(tmp_path):
+    """$SBXC_ROOT moves the default root for a run; /var/tmp/sbxc-{uid} still holds the
+    plans and caches of every run without it, and stays hidden (it was not: a command
+    under SBXC_ROOT read the other root's plans folder, journal and caches)."""
+    from sbxc.compiler.decide import decide
+
+    other = os.path.join(str(tmp_path), "other-root")
+    r = _compile_with(tmp_path, "", env={"SBXC_ROOT": other})
+    assert r.ok, r.diagnostics
+    for root in (other, "/var/tmp/sbxc-1000"):
+        assert decide(r.plan, root + "/plans/j-log").access == "mask", root
+    # Control: the cache folder under the moved root is still the project's, writable.
+    assert r.plan.cache.dir.startswith(other + "/") and decide(r.plan, r.plan.cache.dir).access == "write"
 
 
 def test_default_root_that_is_a_symlink_is_skipped_not_mounted(tmp_path):

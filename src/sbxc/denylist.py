@@ -113,7 +113,7 @@ ROOT_METADATA_DENY: dict[str, str] = {
     name: "as root on Landlock, metadata changes would reach every root-owned file on the host"
     for name in ("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
                  "setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr", "lremovexattr",
-                 "fremovexattr", "removexattrat")
+                 "fremovexattr", "removexattrat", "file_setattr")
 }
 
 # Every call that names another process: by pid, thread id, pidfd, process group or

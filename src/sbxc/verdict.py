@@ -30,6 +30,10 @@ class Verdict:
         return f"{self.subject}: {text}"
 
 
+HOST_MOUNTS = "mounts the host makes during a run"
+"""The report's subject for what becomes of a mount the host adds while the command runs."""
+
+
 def verdict(backend: str, subject: str, status: str, span, why: str = "") -> Verdict:
     """The one way to make a verdict: a status other than ``enforced`` needs its reason."""
     if status not in STATUSES:

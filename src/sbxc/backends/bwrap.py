@@ -49,7 +49,7 @@ from ..compiler.plan import (
     READ, TMPFS, WRITE, Plan, path_depth,
 )
 from ..layout import BWRAP_EMPTY_FD as EMPTY_FD  # noqa: F401 (the runtime's placeholder too)
-from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
+from ..verdict import ENFORCED, HOST_MOUNTS, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
 from .lowered import Lowered
 from .mountrules import folders_between as _between, host_network_verdicts, parent_rule as _parent_rule, settled
 from .mountrules import rule_subject as _subject, session_verdicts
@@ -233,6 +233,13 @@ def lower(plan: Plan, host) -> Lowered:
     # --unshare-pid: every pid the command can name is inside.
     verdicts.append(verdict(NAME, "ipc", ENFORCED, BUILTIN_SPAN))
     verdicts.append(verdict(NAME, "processes", ENFORCED, BUILTIN_SPAN))
+    # bwrap makes every mount of its namespace a slave of the host's, and has no option for
+    # private ones: a mount the host adds during the run reaches the sandbox as it is.
+    verdicts.append(verdict(NAME, HOST_MOUNTS, PARTIAL, BUILTIN_SPAN,
+                            "bwrap keeps the sandbox's mounts slaves of the host's: a mount the host makes while "
+                            "the command runs (an automount, a USB stick, another container's overlay) appears "
+                            "inside under the rule above it, with the mount's own options (writable, for one); "
+                            "the oci and landlock backends keep their rules over such mounts"))
     verdicts.append(verdict(NAME, "env", ENFORCED, plan.env.span))
     return Lowered(NAME, {"bwrap": host.bwrap, "argv": argv, "seccomp": seccomp_hex, "network": net.mode}, tuple(verdicts))
 

@@ -23,7 +23,7 @@ from ..compiler.plan import (
     KIND_DIR, KIND_MISSING, MASK, NET_HOSTS, NET_OFF, NET_ON, NET_RULES, NONE, READ, TMPFS, WRITE,
     BUILTIN_SPAN, Plan, PathRule, below_range, is_within,
 )
-from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, Verdict, verdict
+from ..verdict import ENFORCED, HOST_MOUNTS, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, Verdict, verdict
 from .. import landlock_abi as ll
 from .lowered import Lowered
 
@@ -399,6 +399,8 @@ def lower(plan: Plan, host) -> Lowered:
            "command's" if L.host_is_root else
            "; without root there is no PID namespace (it would need a user namespace): pids the command names "
            "are host pids"))
+    L.v(HOST_MOUNTS, ENFORCED, BUILTIN_SPAN,
+        "Landlock's rules are on the paths: a mount the host makes during the run, under a rule, is under that rule")
     if L.host_is_root:
         L.v("ipc", ENFORCED, BUILTIN_SPAN)  # the runner unshares an IPC namespace for uid 0
     else:

@@ -45,7 +45,7 @@ from ..compiler.plan import (
     BUILTIN_SPAN, KIND_DIR, KIND_MISSING, KIND_OTHER, MASK, NET_HOSTS, NET_OFF, NET_ON, NET_RULES,
     READ, TMPFS, WRITE, Plan, is_within, path_depth,
 )
-from ..verdict import ENFORCED, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
+from ..verdict import ENFORCED, HOST_MOUNTS, NARROWED, NOT_ENFORCEABLE, PARTIAL, SKIPPED, verdict
 from .lowered import Lowered
 from .mountrules import folders_between as _between, host_network_verdicts, parent_rule as _parent_rule, settled
 from .mountrules import rule_subject as _subject, session_verdicts
@@ -322,6 +322,10 @@ def lower(plan: Plan, host) -> Lowered:
     linux = {
         "namespaces": [{"type": t} for t in namespaces],
         **maps,
+        # Private, not runc's default (slave): a mount the host makes while the command runs
+        # (an automount, a USB stick, another container's overlay) would otherwise appear
+        # inside, under a read-only rule, with its own options (writable, suid, devices).
+        "rootfsPropagation": "rprivate",
         "maskedPaths": sorted(set(PROC_MASKED) | set(masked)),
         "readonlyPaths": sorted(set(PROC_READONLY) | set(readonly)),
     }
@@ -366,6 +370,9 @@ def lower(plan: Plan, host) -> Lowered:
     verdicts += session_verdicts(NAME, plan)
     verdicts.append(verdict(NAME, "ipc", ENFORCED, BUILTIN_SPAN))
     verdicts.append(verdict(NAME, "processes", ENFORCED, BUILTIN_SPAN))
+    verdicts.append(verdict(NAME, HOST_MOUNTS, ENFORCED, BUILTIN_SPAN,
+                            "the container's mounts are private (rootfsPropagation: rprivate): a mount the host "
+                            "makes during the run does not appear inside"))
     verdicts.append(verdict(NAME, "capabilities", ENFORCED, BUILTIN_SPAN))
     if host.uid != 0:
         verdicts.append(verdict(NAME, "uid", ENFORCED, BUILTIN_SPAN,

@@ -27,6 +27,7 @@ from ..denylist import (  # noqa: F401  (the tables, data only; re-exported for 
 NEW_SYSCALL_NUMBERS: dict[str, int] = {
     "setxattrat": 463,
     "removexattrat": 466,
+    "file_setattr": 469,  # Linux 6.17
 }
 
 

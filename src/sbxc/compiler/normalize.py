@@ -204,19 +204,26 @@ def _cache_candidates(cache_plan: CachePlan, ctx: Context, skipped: list[Skipped
     # The default root holds the plan cache (plans/, with environment values expansion
     # read) and the caches of projects that keep the default: hidden whatever cache.root
     # says, and with the cache off too.
-    droot = lexical(cachemod.default_root(ctx.uid, ctx.environ))
-    droot = posixpath.join(ctx.paths.realpath(posixpath.dirname(droot)), posixpath.basename(droot))
-    dkind = ctx.paths.kind(droot)
-    if cache_plan.enabled and droot == cache_plan.root:
-        pass
-    elif dkind in (KIND_MISSING, KIND_DIR):
-        cands.append(_Cand(droot, MASK, dkind, cache_plan.span, cachemod.default_root_label(droot), "cache"))
-    else:
-        # A symlink or a file there is someone else's (the runtime keeps nothing in what is
-        # not a real folder of the caller's), so nothing of the caller's is there to hide;
-        # and bwrap would mount the mask wherever the link points.
-        skipped.append(SkippedRule(droot, MASK, cache_plan.span,
-                                   f"{droot} is a {dkind}, not a folder sbxc made: no plan or cache is kept there"))
+    # $SBXC_ROOT moves the default root for this run; the fixed one (/var/tmp/sbxc-{uid})
+    # still holds what other runs, without it, keep there: both are hidden.
+    roots = []
+    for root in (cachemod.default_root(ctx.uid, ctx.environ), cachemod.default_root(ctx.uid)):
+        root = lexical(root)
+        root = posixpath.join(ctx.paths.realpath(posixpath.dirname(root)), posixpath.basename(root))
+        if root not in roots:
+            roots.append(root)
+    for droot in roots:
+        dkind = ctx.paths.kind(droot)
+        if cache_plan.enabled and droot == cache_plan.root:
+            pass
+        elif dkind in (KIND_MISSING, KIND_DIR):
+            cands.append(_Cand(droot, MASK, dkind, cache_plan.span, cachemod.default_root_label(droot), "cache"))
+        else:
+            # A symlink or a file there is someone else's (the runtime keeps nothing in what
+            # is not a real folder of the caller's), so nothing of the caller's is there to
+            # hide; and bwrap would mount the mask wherever the link points.
+            skipped.append(SkippedRule(droot, MASK, cache_plan.span,
+                                       f"{droot} is a {dkind}, not a folder sbxc made: no plan or cache is kept there"))
     return cands
 
 
