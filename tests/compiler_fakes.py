@@ -58,7 +58,7 @@ class FakePaths(HostPaths):
 
 def fake_host(home: str = "/home/user", **kw) -> HostFacts:
     base = dict(platform="linux", arch="x86_64", uid=1000, gid=1000, home=home, landlock_abi=6,
-                bwrap="/usr/bin/bwrap", bwrap_version="0.8.0", userns=True, seccomp=True)
+                bwrap="/usr/bin/bwrap", bwrap_version="0.8.0", userns=True, seccomp=True, private_mounts=True)
     base.update(kw)
     return HostFacts(**base)
 

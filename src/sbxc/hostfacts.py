@@ -26,6 +26,10 @@ class HostFacts:
     userns: bool = False
     """Unprivileged user namespaces work (bwrap can run)."""
     seccomp: bool = False
+    private_mounts: bool = False
+    """bwrap can run inside a mount namespace whose mounts are private (``unshare(1)``, with a
+    user namespace of the caller's own when not root): a mount the host makes during a run
+    then stays out of the sandbox (bwrap alone keeps its mounts slaves of the host's)."""
     listings: tuple = ()
     """``((folder, ((name, kind), ...)), ...)``: entries of the folders the Landlock lowering
     splits (a granting rule with a stricter one beneath); empty for other backends."""

@@ -234,14 +234,25 @@ def lower(plan: Plan, host) -> Lowered:
     verdicts.append(verdict(NAME, "ipc", ENFORCED, BUILTIN_SPAN))
     verdicts.append(verdict(NAME, "processes", ENFORCED, BUILTIN_SPAN))
     # bwrap makes every mount of its namespace a slave of the host's, and has no option for
-    # private ones: a mount the host adds during the run reaches the sandbox as it is.
-    verdicts.append(verdict(NAME, HOST_MOUNTS, PARTIAL, BUILTIN_SPAN,
-                            "bwrap keeps the sandbox's mounts slaves of the host's: a mount the host makes while "
-                            "the command runs (an automount, a USB stick, another container's overlay) appears "
-                            "inside under the rule above it, with the mount's own options (writable, for one); "
-                            "the oci and landlock backends keep their rules over such mounts"))
+    # private ones: the runner starts it inside a namespace whose mounts are private
+    # (runtime.bwrap_scope.private_mounts_prefix), where this host allows it.
+    if host.private_mounts:
+        verdicts.append(verdict(NAME, HOST_MOUNTS, ENFORCED, BUILTIN_SPAN,
+                                "where a mount of the host is shared, bwrap runs in a mount namespace whose mounts "
+                                "are private (unshare --mount); where none is, bwrap's copies are private anyway: a "
+                                "mount the host makes during the run does not appear inside"))
+    else:
+        verdicts.append(verdict(NAME, HOST_MOUNTS, PARTIAL, BUILTIN_SPAN,
+                                "bwrap keeps the sandbox's mounts slaves of the host's, and this host gives it no "
+                                "private mount namespace to run in (no unshare(1) in a system folder, or no user "
+                                "namespace for sbxc): a mount the host makes while the command runs (an automount, "
+                                "a USB stick, another container's overlay) appears inside with its own options "
+                                "(writable, for one)"))
+    low = {"bwrap": host.bwrap, "argv": argv, "seccomp": seccomp_hex, "network": net.mode}
+    if host.private_mounts:
+        low["private_mounts"] = True
     verdicts.append(verdict(NAME, "env", ENFORCED, plan.env.span))
-    return Lowered(NAME, {"bwrap": host.bwrap, "argv": argv, "seccomp": seccomp_hex, "network": net.mode}, tuple(verdicts))
+    return Lowered(NAME, low, tuple(verdicts))
 
 
 def host_status(h, how: str) -> tuple[str, str]:

@@ -41,6 +41,28 @@ def _unread(fd: int) -> int:
     return int.from_bytes(buf, sys.byteorder)
 
 
+def _shared_mounts() -> bool:
+    """Whether a mount of this process's namespace is shared (a ``shared:N`` tag in
+    /proc/self/mountinfo), so that bwrap's copies of it would receive what the host mounts
+    there later; True when the file cannot be read."""
+    try:
+        fd = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        data = b""
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return b" shared:" in data
+
+
 def _deepest(checks, path: str) -> tuple[str, str]:
     """(rule path, access) of the deepest rule containing ``path``; ("", "none") if none."""
     check = deepest_check(checks, path)
@@ -176,6 +198,21 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
 
     wait = ["--block-fd", str(block[0])] if block is not None else []
     argv = [found] + opts + wait + ["--chdir", cwd, "--seccomp", str(seccomp_fd), "--json-status-fd", str(info_w)]
+    if data.get("private_mounts") and _shared_mounts():
+        # In a mount namespace whose mounts are private, made by unshare(1), which then
+        # execs bwrap in the same process (same pid, same descriptors). Only where a mount
+        # of this namespace is shared: bwrap's copies of private mounts are private, and no
+        # mount the host makes can reach them; only root on the host can make one shared.
+        from .bwrap_scope import private_mounts_prefix
+        from .probe import host_program
+
+        unshare, why = host_program("unshare", ctx.environ)
+        if not unshare:
+            close_all()
+            raise Refusal("the plan runs bwrap in a private mount namespace through unshare(1), and there is no "
+                          + (f"unshare that sbxc may start: {why}" if why else "unshare in the system program folders"),
+                          "install util-linux, or recompile the plan on this host (sbxc compile -o PLAN)")
+        argv = private_mounts_prefix(unshare, os.geteuid()) + argv
     # bwrap itself runs on the host, outside the sandbox, until it execs the command: its
     # own environment is empty (BWRAP_ENV), and the command's reaches the command alone,
     # through --setenv. Started with the command's, bwrap's dynamic loader would take a

@@ -49,3 +49,14 @@ def child_setup(host_abi: int):
                           f"assumed Landlock ABI {host_abi}", fix) from None
 
     return setup
+
+
+def private_mounts_prefix(unshare: str, euid: int) -> list:
+    """The command line that runs bwrap in a mount namespace of its own whose mounts are
+    private (util-linux ``unshare --mount`` makes them so, recursively, before it execs
+    bwrap in the same process): a mount the host adds during the run does not reach it,
+    where bwrap alone makes its mounts slaves of the host's. Root makes the namespace
+    directly; another user in a user namespace of its own that maps the caller to itself
+    (bwrap then makes its own, nested, as it always does)."""
+    flags = ["--mount"] if euid == 0 else ["--user", "--map-current-user", "--mount"]
+    return [unshare, *flags, "--"]

@@ -187,6 +187,26 @@ def userns_works(bwrap: str) -> tuple[bool, str]:
     return False, (r.stderr.strip().splitlines() or ["bwrap failed"])[-1]
 
 
+def private_mounts_work(bwrap: str, environ) -> bool:
+    """Whether bwrap runs here inside the private mount namespace the bwrap runner puts it in
+    (``bwrap_scope.private_mounts_prefix``): util-linux's ``unshare`` from a system folder,
+    and the namespaces it needs (a user namespace for a plain user, which some hosts refuse
+    to all but bwrap)."""
+    import subprocess
+
+    from .bwrap_scope import private_mounts_prefix
+
+    unshare = host_program("unshare", environ)[0]
+    if not bwrap or not unshare:
+        return False
+    argv = private_mounts_prefix(unshare, os.geteuid()) + [bwrap, "--unshare-all", "--ro-bind", "/", "/", "--",
+                                                           "/bin/true"]
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
 def dir_listings(dirs) -> tuple:
     """Entries of each folder as ``(name, kind)`` (kind: dir, file, symlink, socket, other),
     without following symlinks; a folder that cannot be read lists as empty (its entries
@@ -236,4 +256,5 @@ def probe_host(environ=None, *, full: bool = True):
         bwrap_version=bwrap_version(bwrap) if (full and bwrap) else "",
         userns=userns_works(bwrap)[0] if full else bool(bwrap),
         seccomp=seccomp_available() if uname.sysname == "Linux" else False,
+        private_mounts=private_mounts_work(bwrap, environ) if (full and bwrap) else False,
     )
