@@ -114,22 +114,26 @@ def test_control_runc_default_propagation_lets_the_mount_in(runc, sbxc, shared, 
     assert open(os.path.join(d, "sub", "w")).read() == "PWNED\n"
 
 
-def test_control_bwrap_alone_lets_the_mount_in(bwrap_works, sbxc, shared):
-    project, d = sbxc.project, shared
+def _bwrap_alone(bwrap: str, project: str, d: str) -> tuple:
+    """The probe under bwrap started directly (no private namespace around it)."""
     started = os.path.join(project, "started")
     probe = "touch " + started + "; " + PROBE.format(go=os.path.join(project, "go"), d=d)
-    proc = subprocess.Popen([bwrap_works, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--bind",
+    proc = subprocess.Popen([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--bind",
                              project, project, "--dev", "/dev", "--proc", "/proc", "--", "sh", "-c", probe],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         _mount_beneath_when_started(project, d, proc, started)
-        out, err = proc.communicate(timeout=60)
+        return proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_control_bwrap_alone_lets_the_mount_in(bwrap_works, sbxc, shared):
+    out, err = _bwrap_alone(bwrap_works, sbxc.project, shared)
     assert out.decode().strip() == "wrote", (out, err)
-    assert open(os.path.join(d, "sub", "w")).read() == "PWNED\n"
+    assert open(os.path.join(shared, "sub", "w")).read() == "PWNED\n"
 
 
 def test_without_a_shared_mount_nothing_reaches_bwrap_alone(bwrap_works, sbxc):
@@ -144,19 +148,7 @@ def test_without_a_shared_mount_nothing_reaches_bwrap_alone(bwrap_works, sbxc):
     try:
         subprocess.run(["mount", "--make-private", d], check=True)
         os.mkdir(os.path.join(d, "sub"))
-        project = sbxc.project
-        started = os.path.join(project, "started")
-        probe = "touch " + started + "; " + PROBE.format(go=os.path.join(project, "go"), d=d)
-        proc = subprocess.Popen([bwrap_works, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--bind",
-                                 project, project, "--dev", "/dev", "--proc", "/proc", "--", "sh", "-c", probe],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            _mount_beneath_when_started(project, d, proc, started)
-            out, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        out, err = _bwrap_alone(bwrap_works, sbxc.project, d)
         assert out.decode().strip() == "refused", (out, err)
         assert not os.path.exists(os.path.join(d, "sub", "w"))
     finally:
