@@ -284,3 +284,19 @@ def test_malformed_plan_is_a_refusal(setup, tmp_path, damage):
     r = run(sbxc_argv("exec", "--plan", bad, "--", *s.cmd), env=base_env(s.home), cwd=s.project)
     refused(r, s.marker)
     assert "Traceback" not in r.err
+
+
+def test_a_bwrap_that_exits_0_without_starting_anything_is_125(sbxc):
+    """SBXC_BWRAP naming a program that ends at once with 0 (/bin/true, a wrapper that gave
+    up): bwrap reports an exit code for every command it ran, so none reported is no command
+    run: 125 and one line, never the 0 that said the command ran (it was 0, with no line)."""
+    marker = os.path.join(sbxc.project, "ran")
+    r = sbxc("sbxc: 1\nextends: [builtin:default]\nbackend: bwrap\n", "/bin/sh", "-c", f"touch {marker}",
+             env={"SBXC_BWRAP": "/bin/true"})
+    assert r.rc == 125, r
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and "bwrap exited with status 0 before the command started" in lines[0], r
+    assert not os.path.exists(marker)
+    # Control: the real bwrap runs it.
+    r = sbxc("sbxc: 1\nextends: [builtin:default]\nbackend: bwrap\n", "/bin/sh", "-c", f"touch {marker}")
+    assert r.rc == 0 and os.path.exists(marker), r

@@ -350,6 +350,27 @@ def test_refuses_without_runc(runc, sbxc, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("sbxc: no runc that sbxc may start") and "apt install runc" in lines[0], r
 
 
+@pytest.mark.parametrize("stdin", ["nothing to read", "a file"])
+def test_a_runc_that_exits_0_without_starting_anything_is_125(runc, sbxc, tmp_path, stdin):
+    """A "runc" that ends at once with status 0 (SBXC_RUNC naming /bin/true, a wrapper that
+    gave up) made no container and started no command: 125 with one line, never the 0 that
+    says the command ran (it was 0, with no line, for a single `runc run`)."""
+    marker = os.path.join(sbxc.project, "ran")
+    source = subprocess.DEVNULL
+    if stdin == "a file":
+        (tmp_path / "in").write_text("x\n")
+        source = open(tmp_path / "in", "rb")  # something to read: `runc create` + `runc start`
+    try:
+        r = sbxc(None, "/bin/sh", "-c", f"touch {marker}", args=OCI, env={"SBXC_RUNC": "/bin/true"}, stdin=source)
+    finally:
+        if stdin == "a file":
+            source.close()
+    assert r.rc == 125, r
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and "runc exited with status 0 before the command started" in lines[0], r
+    assert not os.path.exists(marker)
+
+
 def test_refuses_a_runc_a_command_could_write(runc, sbxc, tmp_path):
     """A runc in a folder the caller can write (as a sandboxed command could) is never started."""
     fake = tmp_path / "bin"

@@ -302,8 +302,14 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     def setup_failed(status: int, early: str):
         if refused:
             return refused[0]
-        if status == 0 or status > 128 or ran():
+        if status > 128 or ran():
             return None  # the command ran (its status), or bwrap was killed (passed through)
+        if status == 0:
+            # bwrap reports an exit code for every command that ran, 0 included: a "bwrap"
+            # that exits 0 without one started nothing (SBXC_BWRAP naming another program),
+            # and no status 0 may say a command ran that did not.
+            return Refusal("bwrap exited with status 0 before the command started, without reporting it",
+                           "check that SBXC_BWRAP (or the bwrap on PATH) is bubblewrap (sbxc doctor)")
         if started():
             return None  # bwrap's last steps or execvp failed: command_status decides, with the text
         cause, fix = bwrap_failure(early)

@@ -819,7 +819,7 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, proxy, log_r, log_w,
                     # ends with it, as the signal's default action, before the command.
                     pending[0] = pending[0] or -code
                 else:
-                    create_failed[0] = code if code != 0 else 125
+                    create_failed[0] = code  # 0: it said it made the container, and wrote no pid file
                 if child > 0:
                     _adopt(child)
                 abort_here()
@@ -926,8 +926,8 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, proxy, log_r, log_w,
                 return None  # command_status words it as a shell would
             if msg:
                 return runc_failure(msg)
-            return Refusal(f"runc exited with status {create_failed[0]} before the command started",
-                           "run sbxc doctor")
+            return Refusal(f"runc exited with status {create_failed[0]} before the command started"
+                           + (" and made no container" if create_failed[0] == 0 else ""), "run sbxc doctor")
         return None
 
     def command_status(status: int, first: bytes) -> int:
@@ -1157,12 +1157,14 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     def setup_failed(status: int, early: str):
         if refused:
             return refused[0]
-        if status == 0 or status > 128 or started():
+        if status > 128 or started():
             return None
         msg = log_error(read_log())
         if not msg:
             # runc ended before the command without saying why: nothing ran that sbxc
-            # could vouch for, and the status is runc's, not the command's.
+            # could vouch for, and the status is runc's, not the command's. Also a 0: `runc
+            # run` writes its pid file once the command started, so a runc that exits 0
+            # without one started nothing (no status 0 may say a command ran that did not).
             return Refusal(f"runc exited with status {status} before the command started", "run sbxc doctor")
         if exec_status(msg) is not None:
             return None  # command_status words it as a shell would
