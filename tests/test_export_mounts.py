@@ -199,6 +199,17 @@ def test_dev_and_proc_entries_are_the_runtimes_own(root):
     for whole in ("/dev", "/proc"):
         code, docs, err = export(root, BASE + f"filesystem:\n  - mask {whole}\n", extra=extra)
         assert code == 1 and f"mask {whole}: not enforceable" in err, err
+    # A /proc entry this host lacks may be in the node's kernel, newer or older: not "not there".
+    code, docs, err = export(root, BASE + "filesystem:\n  - mask /proc/sys/kernel/sbxc_no_such_entry\n", extra=extra)
+    assert code == 0 and "mask /proc/sys/kernel/sbxc_no_such_entry: partial: missing from this host's /proc" in err, err
+
+
+def test_a_missing_mask_in_the_project_names_the_claim(root):
+    code, docs, err = export(root, BASE + "filesystem:\n  - read {project}/docs\n  - mask {project}/docs/gone\n",
+                             "dir proj/docs\n")
+    assert code == 0, err
+    assert ("mask {project}/docs/gone: partial: the path is missing on this host, so no volume covers it: if the volume "
+            "claim sbxc-proj-project has it") in err, err
 
 
 def test_a_masked_file_inside_a_read_only_part_of_the_project(root):

@@ -144,13 +144,17 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
                 verdicts.append(verdict(TARGET, subj, NOT_ENFORCEABLE, rule.span,
                                         f"the container runtime cannot start a container without {p}; mask the "
                                         "paths in it instead"))
-            elif (entry and (entry not in oci.DEV_FILES or ("/" in p[5:] and rule.kind == KIND_MISSING))) \
-                    or (not entry and rule.kind == KIND_MISSING):
+            elif entry and (entry not in oci.DEV_FILES or ("/" in p[5:] and rule.kind == KIND_MISSING)):
                 # The Pod's /dev is the runtime's: what this host has there says nothing of
-                # its entries. (A Pod's network devices are the plugin's, often an eth0 too:
-                # this host's device sysctls may well be there, so they are not passed over.)
+                # its entries.
                 verdicts.append(verdict(TARGET, subj, ENFORCED, rule.span,
-                                        "not there: the runtime's own /proc or /dev has no such entry"))
+                                        "not there: the runtime's own /dev has no such entry"))
+            elif not entry and rule.kind == KIND_MISSING:
+                # Missing from this host's /proc says nothing of the node's kernel, which may
+                # be newer (a Pod's network devices are the plugin's, often an eth0 too).
+                verdicts.append(verdict(TARGET, subj, PARTIAL, rule.span,
+                                        "missing from this host's /proc: the node's kernel may have it, and a Pod "
+                                        "cannot mount over its runtime's /proc (maskedPaths is the runtime's)"))
             elif not entry:
                 verdicts.append(verdict(TARGET, subj, NOT_ENFORCEABLE, rule.span,
                                         "a Pod cannot mount over its runtime's /proc, and the file is there in it "
@@ -203,8 +207,10 @@ def workload(plan, host, *, name: str, kind: str, image: str, command, profile_p
                 else:
                     # Missing here says nothing of the image: the kind of volume that would
                     # cover it (a folder or a file) is unknown, and a wrong one fails the Pod.
+                    holds = (f"the volume claim {name}-project" if claim[0] and is_within(p, plan.project)
+                             else "the image")
                     verdicts.append(verdict(TARGET, subj, PARTIAL, rule.span,
-                                            "the path is missing on this host, so no volume covers it: if the image "
+                                            f"the path is missing on this host, so no volume covers it: if {holds} "
                                             "has it, the command can read it"))
                 continue
             cover(rule)
