@@ -79,6 +79,9 @@ def test_doctor_on_this_host():
         assert word in r.stdout
     if host.bwrap:
         assert host.bwrap_version and host.bwrap_version in r.stdout
+        # The same probe as a compile's: what the report's line for host mounts rests on.
+        want = "yes" if host.private_mounts else "no"
+        assert f"  bwrap in a private mount namespace: {want} (" in r.stdout, r.stdout
     if host.landlock_abi:
         assert f"landlock: ABI {host.landlock_abi}" in r.stdout
     # The OCI backend's runtime, found by the runner's own trusted lookup (the set-up

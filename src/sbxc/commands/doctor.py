@@ -67,6 +67,12 @@ def host_lines(host, userns_why: str, ns_errno: int | None = None, bwrap_note: s
     else:
         lines.append("  bwrap: not found in the system program folders on PATH (install the bubblewrap package)")
     lines.append(f"  user namespaces: {'yes' if host.userns else 'no'} ({userns_why})")
+    if host.bwrap:
+        lines.append("  bwrap in a private mount namespace: " + (
+            "yes (where a host mount is shared, bwrap starts through unshare --mount: host mounts made during a run "
+            "stay out)" if host.private_mounts else
+            "no (no unshare in the system program folders, or no namespace for sbxc itself: a mount the host "
+            "makes under a shared mount during a run appears inside; the report says partial)"))
     landlock_runs = host.landlock_abi > 0
     if host.landlock_abi > 0:
         extra = []
@@ -319,7 +325,8 @@ def main(argv) -> int:
     userns_why = ""
     if host.platform == "linux":
         userns, userns_why = probe.userns_works(host.bwrap)
-        host = replace(host, userns=userns, bwrap_version=probe.bwrap_version(host.bwrap) if host.bwrap else "")
+        host = replace(host, userns=userns, bwrap_version=probe.bwrap_version(host.bwrap) if host.bwrap else "",
+                       private_mounts=probe.private_mounts_work(host.bwrap, os.environ) if host.bwrap else False)
     ns_errno = None
     if host.platform == "linux" and host.landlock_abi > 0:
         from ..runtime.landlock_run import namespace_errno
