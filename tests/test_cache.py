@@ -182,6 +182,14 @@ def test_sbxc_root_keeps_the_fixed_default_root_masked(tmp_path):
         assert decide(r.plan, root + "/plans/j-log").access == "mask", root
     # Control: the cache folder under the moved root is still the project's, writable.
     assert r.plan.cache.dir.startswith(other + "/") and decide(r.plan, r.plan.cache.dir).access == "write"
+    # Missing here, the fixed root is a plain mask of a missing path: the runtime makes only
+    # the root it uses, and a backend must not be asked to make a mount point for it (bwrap
+    # and runc then failed every run under SBXC_ROOT on a host without the fixed root).
+    (rule,) = [x for x in r.plan.fs if x.path == "/var/tmp/sbxc-1000"]
+    assert (rule.kind, rule.origin) == ("missing", "filesystem"), rule
+    r = _compile_with(tmp_path, "", env={"SBXC_ROOT": other}, extra={"/var/tmp/sbxc-1000": ("dir", 1000, 0o700)})
+    (rule,) = [x for x in r.plan.fs if x.path == "/var/tmp/sbxc-1000"]
+    assert (rule.kind, rule.origin, rule.access) == ("dir", "cache", "mask"), rule
 
 
 def test_default_root_that_is_a_symlink_is_skipped_not_mounted(tmp_path):

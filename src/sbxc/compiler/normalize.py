@@ -212,10 +212,15 @@ def _cache_candidates(cache_plan: CachePlan, ctx: Context, skipped: list[Skipped
         root = posixpath.join(ctx.paths.realpath(posixpath.dirname(root)), posixpath.basename(root))
         if root not in roots:
             roots.append(root)
-    for droot in roots:
+    for i, droot in enumerate(roots):
         dkind = ctx.paths.kind(droot)
         if cache_plan.enabled and droot == cache_plan.root:
             pass
+        elif i > 0 and dkind == KIND_MISSING:
+            # The fixed root under $SBXC_ROOT, not there: the runtime makes only the root it
+            # uses, so this is an ordinary mask of a missing path (nothing to hide, no mount
+            # point to make; a root made later makes the plan stale, and it is masked then).
+            cands.append(_Cand(droot, MASK, dkind, cache_plan.span, cachemod.default_root_label(droot), "filesystem"))
         elif dkind in (KIND_MISSING, KIND_DIR):
             cands.append(_Cand(droot, MASK, dkind, cache_plan.span, cachemod.default_root_label(droot), "cache"))
         else:
