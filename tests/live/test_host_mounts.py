@@ -57,26 +57,35 @@ def _mount_beneath_when_started(project: str, d: str, proc: subprocess.Popen, st
         pass
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "oci", "landlock"])
-def test_a_host_mount_made_during_the_run_stays_out(sbxc, shared, backend, request):
-    runc_for(request)
-    project, d = sbxc.project, shared
-    started = os.path.join(project, "started")
-    go = os.path.join(project, "go")
-    pol = os.path.join(project, "sandbox.policy.yaml")
-    with open(pol, "w") as f:
-        f.write(f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork: false\n")
-    cmd = "touch " + started + "; " + PROBE.format(go=go, d=d)
-    proc = subprocess.Popen(sbxc_argv("exec", "--policy", pol, "--", "sh", "-c", cmd), env=base_env(sbxc.home),
-                            cwd=project, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def _probe(project: str, d: str) -> str:
+    """The command: says it started, waits for the go file, tries the write beneath ``d``."""
+    return "touch " + os.path.join(project, "started") + "; " + PROBE.format(go=os.path.join(project, "go"), d=d)
+
+
+def _run_probe(argv: list, project: str, d: str, **kw) -> tuple:
+    """Start ``argv`` (which runs ``_probe``), mount beneath ``d`` once it started, and
+    return (status, stdout, stderr); the process is killed if anything fails on the way."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
     try:
-        _mount_beneath_when_started(project, d, proc, started)
+        _mount_beneath_when_started(project, d, proc, os.path.join(project, "started"))
         out, err = proc.communicate(timeout=60)
+        return proc.returncode, out, err
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0, err
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "oci", "landlock"])
+def test_a_host_mount_made_during_the_run_stays_out(sbxc, shared, backend, request):
+    runc_for(request)
+    project, d = sbxc.project, shared
+    pol = os.path.join(project, "sandbox.policy.yaml")
+    with open(pol, "w") as f:
+        f.write(f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nnetwork: false\n")
+    rc, out, err = _run_probe(sbxc_argv("exec", "--policy", pol, "--", "sh", "-c", _probe(project, d)), project, d,
+                              env=base_env(sbxc.home), cwd=project)
+    assert rc == 0, err
     assert out.decode().strip() == "refused", (out, err)
     assert not os.path.exists(os.path.join(d, "sub", "w"))
 
@@ -95,39 +104,23 @@ def test_control_runc_default_propagation_lets_the_mount_in(runc, sbxc, shared, 
     with open(cfg_path) as f:
         cfg = json.load(f)
     assert cfg["linux"].pop("rootfsPropagation") == "rprivate"  # what the fix added, taken out again
-    started = os.path.join(project, "started")
-    cfg["process"]["args"] = ["sh", "-c", "touch " + started + "; " + PROBE.format(go=os.path.join(project, "go"), d=d)]
+    cfg["process"]["args"] = ["sh", "-c", _probe(project, d)]
     with open(cfg_path, "w") as f:
         json.dump(cfg, f)
     state = str(tmp_path / "state")
     os.mkdir(state, 0o700)
-    proc = subprocess.Popen([runc, "--root", state, "run", "--bundle", bundle, "sbxc-prop-" + uuid.uuid4().hex[:8]],
-                            cwd=bundle, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        _mount_beneath_when_started(project, d, proc, started)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    _rc, out, err = _run_probe([runc, "--root", state, "run", "--bundle", bundle, "sbxc-prop-" + uuid.uuid4().hex[:8]],
+                               project, d, cwd=bundle)
     assert out.decode().strip() == "wrote", (out, err)
     assert open(os.path.join(d, "sub", "w")).read() == "PWNED\n"
 
 
 def _bwrap_alone(bwrap: str, project: str, d: str) -> tuple:
     """The probe under bwrap started directly (no private namespace around it)."""
-    started = os.path.join(project, "started")
-    probe = "touch " + started + "; " + PROBE.format(go=os.path.join(project, "go"), d=d)
-    proc = subprocess.Popen([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--bind",
-                             project, project, "--dev", "/dev", "--proc", "/proc", "--", "sh", "-c", probe],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        _mount_beneath_when_started(project, d, proc, started)
-        return proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    _rc, out, err = _run_probe([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--bind", project,
+                                project, "--dev", "/dev", "--proc", "/proc", "--", "sh", "-c", _probe(project, d)],
+                               project, d)
+    return out, err
 
 
 def test_control_bwrap_alone_lets_the_mount_in(bwrap_works, sbxc, shared):

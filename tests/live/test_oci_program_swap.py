@@ -50,6 +50,8 @@ class Watched:
         return look
 
 oci_run.os = Watched()
+from sbxc.runtime import safeopen  # the runner's O_PATH look and its reopen live there
+safeopen.os = Watched()
 from sbxc.cli import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -206,17 +206,16 @@ def _cache_candidates(cache_plan: CachePlan, ctx: Context, skipped: list[Skipped
     # says, and with the cache off too.
     # $SBXC_ROOT moves the default root for this run; the fixed one (/var/tmp/sbxc-{uid})
     # still holds what other runs, without it, keep there: both are hidden.
-    roots = []
-    for root in (cachemod.default_root(ctx.uid, ctx.environ), cachemod.default_root(ctx.uid)):
+    def real(root: str) -> str:
         root = lexical(root)
-        root = posixpath.join(ctx.paths.realpath(posixpath.dirname(root)), posixpath.basename(root))
-        if root not in roots:
-            roots.append(root)
-    for i, droot in enumerate(roots):
+        return posixpath.join(ctx.paths.realpath(posixpath.dirname(root)), posixpath.basename(root))
+
+    used = real(cachemod.default_root(ctx.uid, ctx.environ))
+    for droot in dict.fromkeys((used, real(cachemod.default_root(ctx.uid)))):
         dkind = ctx.paths.kind(droot)
         if cache_plan.enabled and droot == cache_plan.root:
             pass
-        elif i > 0 and dkind == KIND_MISSING:
+        elif droot != used and dkind == KIND_MISSING:
             # The fixed root under $SBXC_ROOT, not there: the runtime makes only the root it
             # uses, so this is an ordinary mask of a missing path (nothing to hide, no mount
             # point to make; a root made later makes the plan stale, and it is masked then).

@@ -26,6 +26,7 @@ import sys
 
 from ..layout import BWRAP_EMPTY_FD as EMPTY_FD
 from .errors import Refusal, bwrap_failure, one_line
+from .safeopen import read_proc
 from .spec import LaunchSpec, drain
 from .staleness import HostNow, deepest_check
 _FIONREAD = 0x541B  # asm-generic/ioctls.h; the same on x86_64 and aarch64
@@ -45,22 +46,8 @@ def _shared_mounts() -> bool:
     """Whether a mount of this process's namespace is shared (a ``shared:N`` tag in
     /proc/self/mountinfo), so that bwrap's copies of it would receive what the host mounts
     there later; True when the file cannot be read."""
-    try:
-        fd = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return True
-    try:
-        data = b""
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            data += chunk
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    return b" shared:" in data
+    data = read_proc("/proc/self/mountinfo", 1 << 26)
+    return data is None or b" shared:" in data
 
 
 def _deepest(checks, path: str) -> tuple[str, str]:

@@ -44,6 +44,7 @@ from ..layout import RUNS_SUBDIR
 from .errors import Refusal, one_line
 from .oci_watch import Watcher
 from .rundirs import container_id, make_run_dir
+from .safeopen import path_fd, reopen
 from .spec import LaunchSpec, drain
 
 _RUNC_FIX = "install runc (apt install runc), or use --backend bwrap"
@@ -238,14 +239,12 @@ def _interpreter(path: str, cwd: str, checks, depth: int = 0, links=(), at=None)
 
 
 def _path_fd(path: str) -> int:
-    """An ``O_PATH`` descriptor of what ``path`` names now (the kernel follows its links in
-    one walk), or -1. ``O_PATH`` opens nothing: no device driver's open runs and no FIFO
-    blocks. The file may lie where a sandboxed command writes (the project), and that
-    command may swap it for a link to a device while sbxc looks: sbxc, outside the sandbox
-    and perhaps root, then looks only through this descriptor (``_executable_file``,
-    ``_reopen``), never by the path again."""
+    """``safeopen.path_fd``, or -1. The command's file may lie where a sandboxed command
+    writes (the project), and that command may swap it for a link to a device while sbxc
+    looks: sbxc, outside the sandbox and perhaps root, then looks only through this
+    descriptor (``_executable_file``, ``_reopen``), never by the path again."""
     try:
-        return os.open(path, os.O_PATH | os.O_CLOEXEC)
+        return path_fd(path)
     except OSError:
         return -1
 
@@ -260,10 +259,9 @@ def _executable_file(pfd: int) -> bool:
 
 
 def _reopen(pfd: int) -> int:
-    """The regular file ``pfd`` names, opened for reading (the same inode, through
-    /proc/self/fd), or -1 when it may not be read (execute-only)."""
+    """``safeopen.reopen``, or -1 when the file may not be read (execute-only)."""
     try:
-        return os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+        return reopen(pfd)
     except OSError:
         return -1
 

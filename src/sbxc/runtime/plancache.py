@@ -16,6 +16,7 @@ from ..fastos import os  # the hot path's os (sbxc.fastos)
 from .. import discovery
 from ..layout import PACKAGE_DIR, VERSION
 from .planstore import open_plans_dir, read_entry, sha256_hex, write_entry
+from .safeopen import read_proc
 
 ENTRY_VERSION = 3  # 2: entries are stored only after their sources passed the run journal; 3: "code"
 
@@ -60,28 +61,6 @@ _USERNS_KNOBS = (
 )
 
 
-def _read_proc(path: str, limit: int):
-    """Up to ``limit`` bytes of a /proc file, or None. os.open and os.read: ``open()``
-    would add an fstat, an ioctl and two lseeks per file and a buffered reader."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        chunks = []
-        while limit > 0:
-            b = os.read(fd, limit)
-            if not b:
-                break
-            chunks.append(b)
-            limit -= len(b)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def userns_facts() -> str:
     """What decides whether bwrap can make its namespaces, read cheaply: the kernel's knobs
     and whether this process already runs under a seccomp filter (a container, another
@@ -90,9 +69,9 @@ def userns_facts() -> str:
     part of the cache key (the full probe, a trial bwrap run, happens on the miss)."""
     parts = []
     for path in _USERNS_KNOBS:
-        data = _read_proc(path, 32)
+        data = read_proc(path, 32)
         parts.append("-" if data is None else data.strip().decode("ascii", "replace"))
-    data = _read_proc("/proc/self/status", 1 << 16)
+    data = read_proc("/proc/self/status", 1 << 16)
     if data is None:
         parts.append("-")
     else:

@@ -169,6 +169,10 @@ def bwrap_version(bwrap: str) -> str:
     return out.strip().split()[-1] if out.strip() else ""
 
 
+_BWRAP_TRY = ("--unshare-all", "--ro-bind", "/", "/", "--", "/bin/true")
+"""What the probes ask bwrap to do: every namespace, this host's files, nothing run."""
+
+
 def userns_works(bwrap: str) -> tuple[bool, str]:
     """Whether bwrap can make its namespaces here; with the reason when it cannot."""
     import subprocess
@@ -176,10 +180,7 @@ def userns_works(bwrap: str) -> tuple[bool, str]:
     if not bwrap:
         return False, "bwrap is not installed"
     try:
-        r = subprocess.run(
-            [bwrap, "--unshare-all", "--ro-bind", "/", "/", "--", "/bin/true"],
-            capture_output=True, text=True, timeout=20,
-        )
+        r = subprocess.run([bwrap, *_BWRAP_TRY], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError) as e:
         return False, f"bwrap could not start: {e}"
     if r.returncode == 0:
@@ -199,10 +200,9 @@ def private_mounts_work(bwrap: str, environ) -> bool:
     unshare = host_program("unshare", environ)[0]
     if not bwrap or not unshare:
         return False
-    argv = private_mounts_prefix(unshare, os.geteuid()) + [bwrap, "--unshare-all", "--ro-bind", "/", "/", "--",
-                                                           "/bin/true"]
     try:
-        return subprocess.run(argv, capture_output=True, timeout=20).returncode == 0
+        return subprocess.run(private_mounts_prefix(unshare, os.geteuid()) + [bwrap, *_BWRAP_TRY],
+                              capture_output=True, timeout=20).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 

@@ -29,29 +29,37 @@ class Unsafe(Exception):
 
 # --- opening a file that a sandboxed command may have swapped ------------------------------
 
+def path_fd(path: str) -> int:
+    """An ``O_PATH`` descriptor of what ``path`` names now (the kernel follows its links in
+    one walk and opens nothing: no device driver's open runs, no FIFO waits). OSError when
+    it names nothing. Linux only (``open_regular`` falls back elsewhere)."""
+    return os.open(path, os.O_PATH | os.O_CLOEXEC)
+
+
+def reopen(pfd: int) -> int:
+    """The file ``pfd`` (``path_fd``) names, opened for reading: the same inode, through
+    /proc/self/fd, never the name again. OSError when it may not be read."""
+    return os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+
+
 def open_regular(path: str) -> int:
     """``path`` opened for reading when it names a regular file, else -1: a folder, a FIFO,
     a device or a socket is never opened. A sandboxed command that writes where the file
     lies (the project) can swap it for a link to a device at any moment, and opening one
     runs its driver on the host (a watchdog reboots it, a serial line raises DTR), as sbxc,
-    perhaps root; a FIFO would hold sbxc. On Linux the name is opened ``O_PATH`` (the
-    kernel follows its links in one walk and opens nothing), that descriptor is checked with
-    ``fstat``, and the same inode is opened through /proc/self/fd. Elsewhere (macOS): a
-    stat, then a non-blocking open that takes no terminal, checked again. OSError when the
-    path cannot be opened."""
-    o_path = getattr(os, "O_PATH", 0)
-    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
-    if o_path:
-        pfd = os.open(path, o_path | os.O_CLOEXEC)
+    perhaps root; a FIFO would hold sbxc. On Linux the name is opened ``O_PATH``
+    (``path_fd``), that descriptor is checked with ``fstat``, and the same inode is opened
+    (``reopen``). Elsewhere (macOS): a stat, then a non-blocking open that takes no
+    terminal, checked again. OSError when the path cannot be opened."""
+    if getattr(os, "O_PATH", 0):
+        pfd = path_fd(path)
         try:
-            if not stat.S_ISREG(os.fstat(pfd).st_mode):
-                return -1
-            return os.open(f"/proc/self/fd/{pfd}", flags)
+            return reopen(pfd) if stat.S_ISREG(os.fstat(pfd).st_mode) else -1
         finally:
             os.close(pfd)
     if not stat.S_ISREG(os.stat(path).st_mode):
         return -1
-    fd = os.open(path, flags)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         return -1
@@ -76,13 +84,24 @@ def _describe(name: str, dir_fd: int, shown: str, path: str) -> Unsafe:
     return Unsafe(f"{shown} is not a folder", f"move {path} away, or {FIX_ROOT}")
 
 
-def _read_small(path: str) -> str:
+def read_proc(path: str, limit: int):
+    """Up to ``limit`` bytes of a /proc file, or None. os.open and os.read: ``open()``
+    would add an fstat, an ioctl and two lseeks per file and a buffered reader."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return ""
+        return None
     try:
-        return os.read(fd, 4096).decode("ascii", "replace")
+        chunks = []
+        while limit > 0:
+            b = os.read(fd, limit)
+            if not b:
+                break
+            chunks.append(b)
+            limit -= len(b)
+        return b"".join(chunks)
+    except OSError:
+        return None
     finally:
         os.close(fd)
 
@@ -91,11 +110,11 @@ def nested_overflow_uid() -> int:
     """The uid that owners outside this user namespace show as (the kernel's overflow uid,
     usually 65534) when this process runs in a user namespace other than the initial one;
     -1 in the initial namespace, where that uid is a real account."""
-    fields = _read_small("/proc/self/uid_map").split()
+    fields = (read_proc("/proc/self/uid_map", 4096) or b"").decode("ascii", "replace").split()
     if fields[:3] == ["0", "0", "4294967295"] or not fields:
         return -1
     try:
-        return int(_read_small("/proc/sys/kernel/overflowuid").strip() or "65534")
+        return int((read_proc("/proc/sys/kernel/overflowuid", 4096) or b"").strip() or b"65534")
     except ValueError:
         return 65534
 
