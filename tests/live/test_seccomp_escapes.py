@@ -413,3 +413,80 @@ def test_socket_families_refused(tree, tmp_path, backend, network):
         assert got["socketpair " + name] == -EPERM, (name, got)
     assert got["control netlink route"] == 0, got
     assert got["control socketpair unix"] == 0, got
+
+
+# ------------------------------------------------------------------ persona flags
+
+# Each attempt runs in a fresh interpreter: the call, the persona it leaves, then an exec
+# of a reader of /proc/self/personality, which shows what a program the command starts
+# inherits (ADDR_NO_RANDOMIZE is kept; x86_64 drops READ_IMPLIES_EXEC for a 64-bit program).
+PERSONA_PROBE = textwrap.dedent(r'''
+    import json, subprocess, sys
+    TRY = r"""
+    import ctypes, os, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    r = libc.syscall(ctypes.c_long(135), ctypes.c_ulong(int(sys.argv[1], 0)))
+    print(-ctypes.get_errno() if r == -1 else 0, open("/proc/self/personality").read().strip(), flush=True)
+    os.execv(sys.executable, [sys.executable, "-c", "print(open('/proc/self/personality').read().strip())"])
+    """
+    out = {}
+    for name, value in json.loads(sys.argv[1]):
+        p = subprocess.run([sys.executable, "-c", TRY, hex(value)], capture_output=True, text=True, timeout=30)
+        rc, now, after = p.stdout.split()
+        out[name] = [int(rc), int(now, 16), int(after, 16)]
+    print(json.dumps(out))
+''')
+
+_NO_RANDOMIZE, _READ_EXEC, _PAGE_ZERO = 0x0040000, 0x0400000, 0x0100000
+PERSONA_TRIES = [
+    ("ADDR_NO_RANDOMIZE", _NO_RANDOMIZE),
+    ("READ_IMPLIES_EXEC", _READ_EXEC),
+    ("MMAP_PAGE_ZERO", _PAGE_ZERO),
+    # The kernel treats only 0xffffffff as a query: bit 31 set on any other value is
+    # stored with the rest.
+    ("ADDR_NO_RANDOMIZE with bit 31", 0x80000000 | _NO_RANDOMIZE),
+    ("READ_IMPLIES_EXEC with bit 31", 0x80000000 | _READ_EXEC),
+    ("MMAP_PAGE_ZERO with bit 31", 0x80000000 | _PAGE_ZERO),
+    ("all but bit 0", 0xFFFFFFFE),
+    # The argument is an unsigned int: the register's high half is dropped.
+    ("ADDR_NO_RANDOMIZE in the high half", 0x1_0000_0000 | _NO_RANDOMIZE),
+]
+_FLAGS = _NO_RANDOMIZE | _READ_EXEC | _PAGE_ZERO
+
+
+def _persona(backend, tree, tmp_path, filtered=None):
+    tries = json.dumps(PERSONA_TRIES + [("control query", 0xFFFFFFFF)])
+    if filtered:
+        return _filtered(PERSONA_PROBE, tmp_path, tries, purpose=filtered)
+    return _run(backend, tree, tmp_path, PERSONA_PROBE, tries)
+
+
+def _check_persona_kept(got: dict) -> None:
+    for name, _ in PERSONA_TRIES:
+        rc, now, after = got[name]
+        assert rc == -EPERM, f"personality({name}): {rc}"
+        assert now & _FLAGS == 0 and after & _FLAGS == 0, f"{name}: persona {now:#x}, then {after:#x} after exec"
+    assert got["control query"][0] == 0, got
+
+
+def test_persona_control_sees_the_escape(tree, tmp_path):
+    """Without a sandbox every attempt is taken and reaches the next program (ASLR off,
+    readable memory executable), so the sandboxed runs below can see an escape."""
+    got = _persona(None, tree, tmp_path)
+    for name, value in PERSONA_TRIES:
+        rc, now, after = got[name]
+        assert rc == 0, (name, got)
+        assert now & _FLAGS == value & _FLAGS != 0, (name, hex(now))
+        if value & _NO_RANDOMIZE:
+            assert after & _NO_RANDOMIZE, (name, hex(after))
+
+
+@pytest.mark.parametrize("backend", ["landlock", "bwrap", "oci"])
+def test_persona_flags_refused(tree, tmp_path, backend):
+    _check_persona_kept(_persona(backend, tree, tmp_path))
+
+
+@pytest.mark.parametrize("purpose", ["landlock", "bwrap"])
+def test_filter_alone_refuses_persona_flags(tree, tmp_path, purpose):
+    _check_persona_kept(_persona(None, tree, tmp_path, filtered=purpose))

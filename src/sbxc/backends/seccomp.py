@@ -289,10 +289,7 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
     if "clone3" not in denied and allow_only is None:
         f.add_rule(s.ERRNO(errno.ENOSYS), "clone3")
     if "personality" not in denied:
-        # 0xffffffff only queries the persona: bit 31 set keeps those queries allowed
-        # (no real persona uses bit 31).
-        for bit in (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, MMAP_PAGE_ZERO):
-            f.add_rule(eperm, "personality", s.Arg(0, s.MASKED_EQ, 0x80000000 | bit, bit))
+        _persona_rules(s, f, eperm)
 
     _setid_rules(s, f, eperm, native, denied, openat2_rule=allow_only is None)
 
@@ -308,6 +305,20 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
             if _exists(s, native, name):
                 f.add_rule(s.ALLOW, name)
     return f
+
+
+def _persona_rules(s, f, eperm) -> None:
+    """personality(): refused when it would set ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC or
+    MMAP_PAGE_ZERO, which the programs the command starts inherit. The kernel takes the
+    argument as an unsigned int and treats exactly 0xffffffff as a query; every other
+    value is stored, bit 31 included. So: each flag with bit 31 clear is refused, and so
+    is every value with bit 31 set but for the query (some other bit clear), which no
+    real persona uses. Only the low half of the register is compared, as the kernel
+    reads it."""
+    for bit in (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, MMAP_PAGE_ZERO):
+        f.add_rule(eperm, "personality", s.Arg(0, s.MASKED_EQ, 0x80000000 | bit, bit))
+    for j in range(31):
+        f.add_rule(eperm, "personality", s.Arg(0, s.MASKED_EQ, 0x80000000 | (1 << j), 0x80000000))
 
 
 def _exists(s, native: int, name: str) -> bool:
