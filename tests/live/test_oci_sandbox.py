@@ -292,6 +292,35 @@ def test_a_command_runc_cannot_exec_exits_as_in_a_shell(runc, sbxc, network):
     assert os.path.exists(os.path.join(proj, "ran-marker"))
 
 
+@pytest.mark.root_only
+@pytest.mark.parametrize("network", ["false", "[allow 127.0.0.1:9]"])
+def test_a_file_only_host_root_may_run_exits_126(runc, sbxc, network):
+    """A file of another user, mode 0700: host root may run it (CAP_DAC_OVERRIDE), so the
+    runner's look before the start passes; the container's root has no capabilities, and
+    runc's own check refuses it (`exec ./ownx: permission denied`, on runc's log). That is
+    a shell's 126 with sbxc's line, as on bwrap and Landlock, not a failed sandbox (125),
+    and runc's words are not shown. Both kinds of OCI run. The control: host root runs the
+    file outside the sandbox."""
+    proj = sbxc.project
+    path = os.path.join(proj, "ownx")
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\necho RAN\n")
+    os.chown(path, 4242, 4242)
+    os.chmod(path, 0o700)
+    outside = subprocess.run([path], capture_output=True, text=True)
+    assert (outside.returncode, outside.stdout) == (0, "RAN\n"), outside
+    policy = f"sbxc: 1\nextends: [builtin:default]\nnetwork: {network}\n"
+    r = sbxc(policy, "./ownx", args=("--backend", "oci"))
+    assert (r.rc, r.out, r.err) == (126, "", "sbxc: ./ownx: cannot execute\n"), r
+    # bwrap as the reference (its execvp's own line comes first there: past its set-up,
+    # stderr is the command's).
+    b = sbxc(policy, "./ownx", args=("--backend", "bwrap"))
+    assert (b.rc, b.out, b.err.splitlines()[-1]) == (126, "", "sbxc: ./ownx: cannot execute"), b
+    r = sbxc(policy, "./ownx", args=("--backend", "oci", "--format", "json"))
+    status = json.loads(r.err.splitlines()[-1])
+    assert (r.rc, status["exit_status"], status["ran"]) == (126, 126, False), (r, status)
+
+
 def test_every_mount_from_the_host_is_nosuid_and_nodev(runc, sbxc):
     """`read /` binds the host's / with every mount below it: each must be nosuid and
     nodev, as under bwrap, so that a device node or a setuid file on any of them is

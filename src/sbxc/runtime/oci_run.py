@@ -41,7 +41,7 @@ Hot path: ``os`` only (the config is written by the small encoder below, not ``j
 from ..fastos import os  # the hot path's os (sbxc.fastos)
 
 from ..layout import RUNS_SUBDIR
-from .errors import Refusal, one_line
+from .errors import NotStartable, Refusal, one_line
 from .oci_watch import Watcher
 from .rundirs import container_id, make_run_dir
 from .safeopen import path_fd, reopen
@@ -113,8 +113,11 @@ def log_error(text: str) -> str:
 
 
 def exec_status(msg: str):
-    """126/127 when runc's error is that it could not find or exec the command, else None."""
-    if 'exec: "' not in msg:
+    """126/127 when runc's error is that it could not find or exec the command, else None:
+    its search of ``PATH`` (``exec: "NAME": ...``) or its access check of the file found,
+    made as the container's process, without capabilities (``...process: exec NAME: ...``;
+    a file host root may run can be one the command's root may not)."""
+    if 'exec: "' not in msg and "container process: exec " not in msg:
         return None
     if msg.endswith("executable file not found in $PATH") or msg.endswith("no such file or directory"):
         return 127
@@ -316,7 +319,6 @@ def program(cmd: list, env: dict, cwd: str, checks=(), links=(), at=None) -> lis
     status runc gives (1). ``at``: as for ``_shown`` (a session's run: the file is looked
     at in the workspace, found by the sandbox's own path, links walked one at a time)."""
     from .probe import find_command
-    from .errors import NotStartable
 
     name = cmd[0]
     if "/" in name:
@@ -713,7 +715,7 @@ def _stdio_passed() -> bool:
 
 
 def _split_run(argv, base_argv, bundle, pid_file, cid, env, proxy, log_r, log_w, cleanup, watcher, sh,
-               setup=None) -> LaunchSpec:
+               setup=None, name="") -> LaunchSpec:
     """Host rules, a terminal or a stdin to read (``_stdio_passed``): `runc create`, the
     proxy's listener (``proxy``: None when there are no host rules), `runc start` (see the
     module text).
@@ -724,7 +726,8 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, proxy, log_r, log_w,
     (``proxy_netns``) and handed to the proxy; the core's last checks follow, and only
     ``release`` runs `runc start`. Any failure before that kills the waiting process
     (SIGKILL through a pidfd: it is sbxc's unreaped child), reaps it and deletes the
-    container, so the command never ran and nothing of the container is left."""
+    container, so the command never ran and nothing of the container is left. ``name``:
+    the command as given, for sbxc's line when runc found it cannot be executed."""
     import _signal
 
     read_log = _log_reader(log_r)
@@ -920,8 +923,9 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, proxy, log_r, log_w,
             return refused[0]
         if create_failed[0] is not None:
             msg = log_error(read_log())
-            if msg and exec_status(msg) is not None:
-                return None  # command_status words it as a shell would
+            code = exec_status(msg) if msg else None
+            if code is not None:
+                return NotStartable(code, name)  # runc's own words are not shown
             if msg:
                 return runc_failure(msg)
             return Refusal(f"runc exited with status {create_failed[0]} before the command started"
@@ -929,9 +933,6 @@ def _split_run(argv, base_argv, bundle, pid_file, cid, env, proxy, log_r, log_w,
         return None
 
     def command_status(status: int, first: bytes) -> int:
-        if create_failed[0] is not None:
-            code = exec_status(log_error(read_log()))
-            return code if code is not None else status
         if pending[0] and not started[0]:
             return 128 + pending[0]
         if emulated[0] and status == 128 + _SIGKILL:
@@ -1105,7 +1106,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     if split:
         base_argv = [found, "--root", bundle, "--log", "/proc/self/fd/2", "--log-format", "text"] + rootless
         return _split_run(argv, base_argv, bundle, pid_file, cid, RUNC_ENV, proxy, log_r, log_w, cleanup, watcher, sh,
-                          setup)
+                          setup, cmd[0])
     argv += ["run", "--bundle", bundle, "--pid-file", pid_file, cid]
 
     read_log = _log_reader(log_r)
@@ -1164,8 +1165,9 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
             # run` writes its pid file once the command started, so a runc that exits 0
             # without one started nothing (no status 0 may say a command ran that did not).
             return Refusal(f"runc exited with status {status} before the command started", "run sbxc doctor")
-        if exec_status(msg) is not None:
-            return None  # command_status words it as a shell would
+        code = exec_status(msg)
+        if code is not None:
+            return NotStartable(code, cmd[0])  # runc's own words are not shown
         return runc_failure(msg)
 
     emulated = [0]
@@ -1209,10 +1211,7 @@ def prepare(planfile: dict, cmd: list, env: dict, ctx) -> LaunchSpec:
     def command_status(status: int, first: bytes) -> int:
         if emulated[0] and status == 128 + _SIGKILL:
             return 128 + emulated[0]
-        if started() or status == 0 or status > 128:
-            return status
-        code = exec_status(log_error(read_log()))
-        return code if code is not None else status
+        return status
 
     return LaunchSpec(argv, dict(RUNC_ENV), pass_fds=[log_w], exec_is_command=False, child_setup=setup, started=started,
                       setup_failed=setup_failed, command_status=command_status, cleanups=[cleanup, end_watch],

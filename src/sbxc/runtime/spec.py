@@ -30,8 +30,10 @@ It must not start any process; the core (``sbxc.runtime.launch``) forks once and
 - ``started``: ``None`` or a callable telling whether the sandbox has finished its set-up
   (bwrap: it has consumed the seccomp pipe). Until then stderr is held back, so bwrap's own
   error message is not shown raw but as one ``sbxc:`` line.
-- ``setup_failed``: ``None`` or ``(status, early_stderr: str) -> Refusal | None``, asked
-  after the child ended: a Refusal when the sandbox failed before the command ran.
+- ``setup_failed``: ``None`` or ``(status, early_stderr: str) -> Refusal | NotStartable |
+  None``, asked after the child ended: a Refusal when the sandbox failed before the
+  command ran (125), a NotStartable when the sandbox found the command could not be
+  executed (its 126/127, with sbxc's line; the sandbox's own words are dropped).
 - ``command_status``: ``None`` or ``(status, first_stderr: bytes) -> int`` to map a
   launcher's "could not exec the command" to 126/127 (bwrap exits 1 for that).
 - ``cleanups``: callables run after the child ended (in reverse order), also on failure.

@@ -11,7 +11,7 @@ Hot path: ``os``, ``_signal`` and ``select``; ``time`` only when processes are l
 from ..fastos import os  # the hot path's os (sbxc.fastos)
 import sys
 
-from .errors import REFUSED, Refusal, one_line
+from .errors import REFUSED, NotStartable, Refusal, one_line
 
 _EPIPE = 32  # errno.EPIPE, on Linux and macOS alike
 
@@ -523,7 +523,7 @@ def run(spec, network_off: bool, state=None, feedback=None, before_release=None)
             refusal = spec.setup_failed(rc, early.decode("utf-8", "replace"))
             if refusal is not None:
                 own_line(refusal.line() + "\n")  # on a line of its own, also after output cut mid-line
-                return REFUSED
+                return refusal.code if isinstance(refusal, NotStartable) else REFUSED
         if early:
             # The runner judged it the command's own output, all of it held: nothing was
             # taken before it.
