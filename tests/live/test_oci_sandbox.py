@@ -321,6 +321,37 @@ def test_a_file_only_host_root_may_run_exits_126(runc, sbxc, network):
     assert (r.rc, status["exit_status"], status["ran"]) == (126, 126, False), (r, status)
 
 
+def test_the_report_says_runc_sets_home(runc, sbxc):
+    """runc 1.1 adds HOME to an environment without one (from the container's
+    /etc/passwd), and no config field stops it: with HOME neither passed nor set the
+    report says `partial` and names it, as the run shows; set by the policy, the
+    command gets exactly that value and the report says `enforced`. The control: bwrap,
+    with the same policy, gives the command no HOME."""
+    base = ("sbxc: 1\nfilesystem:\n  - read /\n  - write {project}\n  - tmpfs /tmp\n"
+            "cache:\n  tools: []\nenv:\n  pass: [PATH]\n")
+    show = ("/bin/sh", "-c", 'echo "home=${HOME-unset}"')
+
+    def report(policy):
+        path = os.path.join(sbxc.project, "sandbox.policy.yaml")
+        with open(path, "w") as f:
+            f.write(policy)
+        r = run(sbxc_argv("compile", "--check", "--verbose", "--format", "json", "--backend", "oci",
+                          "--policy", path), env=base_env(sbxc.home), cwd=sbxc.project)
+        assert r.rc == 0, r
+        return {v["subject"]: v for v in json.loads(r.out)["report"]["oci"]["verdicts"]}["env"]
+
+    b = sbxc(base, *show, args=("--backend", "bwrap"))
+    assert (b.rc, b.out) == (0, "home=unset\n"), b
+    r = sbxc(base, *show, args=OCI)
+    assert r.rc == 0 and r.out.startswith("home=/"), r
+    env = report(base)
+    assert env["status"] == "partial" and "HOME" in env["why"], env
+    chosen = base + "  set:\n    HOME: /nowhere-home\n"
+    r = sbxc(chosen, *show, args=OCI)
+    assert (r.rc, r.out) == (0, "home=/nowhere-home\n"), r
+    assert report(chosen)["status"] == "enforced"
+
+
 def test_every_mount_from_the_host_is_nosuid_and_nodev(runc, sbxc):
     """`read /` binds the host's / with every mount below it: each must be nosuid and
     nodev, as under bwrap, so that a device node or a setuid file on any of them is

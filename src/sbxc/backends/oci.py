@@ -27,7 +27,9 @@ How each kind of rule is mounted, and why (the same reasoning as the bwrap backe
   hidden home, the cache under its masked root) still get their mount points made in it.
 - ``mask`` of a file, socket or device -> the empty regular file bound read-only. runc's
   own ``maskedPaths`` would bind /dev/null, which anyone may write to (the write vanishes,
-  but "no write" is what a mask promises); connecting to a regular file fails.
+  but "no write" is what a mask promises); connecting to a regular file fails. Under
+  ``/proc`` and ``/dev`` maskedPaths is the only way (runc mounts nothing else there), so
+  a file masked there is ``partial``.
 - ``mask`` of a missing path: nothing to hide; under a writable parent the verdict is
   ``partial`` (runc would create the mount point on the host to mount on it).
 - A rule below a ``write`` rule: the folders between the two are bound onto themselves,
@@ -145,7 +147,13 @@ def filesystem(plan: Plan):
             # read-only tmpfs over a folder, /dev/null over a file (reads find nothing;
             # a write is taken and dropped, where bwrap's empty file refuses it).
             masked.append(p)
-            verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
+            if rule.kind == KIND_DIR:
+                verdicts.append(verdict(NAME, subj, ENFORCED, rule.span))
+            else:
+                verdicts.append(verdict(NAME, subj, PARTIAL, rule.span,
+                                        "runc masks it with /dev/null (maskedPaths; it mounts nothing else "
+                                        "there): reads find nothing, but a write is accepted and dropped, "
+                                        "and the path shows as a character device"))
             continue
 
         if rule.access != MASK and missing:
@@ -207,6 +215,25 @@ def filesystem(plan: Plan):
                                     "which stays empty: reach the rule's real path by that path"))
     mounts = [m for _key, m in sorted(ops, key=lambda o: o[0])]
     return mounts, readonly, masked, verdicts, links
+
+
+_RUNC_HOME = ("runc sets HOME when the command's environment has none (an empty one too): to the "
+              "home folder of the container's uid 0 in /etc/passwd as the sandbox shows it (/root on most "
+              "hosts), else /")
+
+
+def _env_verdict(plan: Plan):
+    """runc 1.1 adds HOME to a process environment without one, and no config field stops
+    it: exact only when the policy sets HOME itself."""
+    import fnmatch
+
+    if any(k == "HOME" for k, _ in plan.env.set):
+        return verdict(NAME, "env", ENFORCED, plan.env.span)
+    if any(fnmatch.fnmatchcase("HOME", p) for p in plan.env.passed):
+        return verdict(NAME, "env", ENFORCED, plan.env.span,
+                       "the caller's HOME passes; for a caller without one, runc sets it (from /etc/passwd)")
+    return verdict(NAME, "env", PARTIAL, plan.env.span,
+                   f"HOME is neither passed nor set, but {_RUNC_HOME}; set it (env.set) to choose the value")
 
 
 # ------------------------------------------------------------------ seccomp as JSON
@@ -378,7 +405,7 @@ def lower(plan: Plan, host) -> Lowered:
         verdicts.append(verdict(NAME, "uid", ENFORCED, BUILTIN_SPAN,
                                 "the command runs as uid 0 of its own user namespace, which is the caller "
                                 "(rootless runc maps one id, the container's root) and holds no capabilities"))
-    verdicts.append(verdict(NAME, "env", ENFORCED, plan.env.span))
+    verdicts.append(_env_verdict(plan))
 
     # With a read-only bind of the host's / over the rootfs (``read /``), root.readonly
     # stays false: runc makes a read-only root with a bind remount that drops nosuid and
