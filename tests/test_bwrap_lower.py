@@ -97,6 +97,18 @@ def test_read_under_write_self_binds_the_folders_between():
     assert o.index(("--bind", "/home/u/p", "/home/u/p")) < i_git < i_hooks
 
 
+def test_host_points_are_the_mounts_under_a_write_rule():
+    """What bwrap would make on the host through a writable bind, were it missing: the
+    runner looks at these before it starts (runtime.staleness.points_hold). Not a mount
+    on bwrap's own root or under a read rule, not a missing mask (nothing is mounted), not
+    the cache folder (the runtime makes it first)."""
+    rules = BASIC + [rule("/home/u/p/.env", "mask", "file"), rule("/home/u/p/gone", "mask", "missing"),
+                     rule("/home/u/p/.cache/sbxc", "write", origin="cache")]
+    low = bwrap.lower(plan(rules), host()).data
+    assert low["host_points"] == [["/home/u/p/.env", "file"], ["/home/u/p/.git/hooks", "dir"]]
+    assert "host_points" not in bwrap.lower(plan(BASIC[:3]), host()).data
+
+
 def test_network_off_and_rules_narrow():
     low = bwrap.lower(plan(BASIC, net="off"), host())
     assert "--unshare-net" in low.data["argv"]

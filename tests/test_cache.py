@@ -187,9 +187,17 @@ def test_sbxc_root_keeps_the_fixed_default_root_masked(tmp_path):
     # and runc then failed every run under SBXC_ROOT on a host without the fixed root).
     (rule,) = [x for x in r.plan.fs if x.path == "/var/tmp/sbxc-1000"]
     assert (rule.kind, rule.origin) == ("missing", "filesystem"), rule
+    # There, it is an ordinary mask too, which the plan's checks watch: removed later (a
+    # cache cleared, /var/tmp aged out), the plan is stale and compiled again, where a
+    # mask the runtime was trusted to make (origin "cache") had bwrap and runc make a
+    # mount point for it on the host, or fail every run under a read-only parent.
     r = _compile_with(tmp_path, "", env={"SBXC_ROOT": other}, extra={"/var/tmp/sbxc-1000": ("dir", 1000, 0o700)})
     (rule,) = [x for x in r.plan.fs if x.path == "/var/tmp/sbxc-1000"]
-    assert (rule.kind, rule.origin, rule.access) == ("dir", "cache", "mask"), rule
+    assert (rule.kind, rule.origin, rule.access) == ("dir", "filesystem", "mask"), rule
+    from sbxc.planfile import runtime_section
+
+    checks = [c for c in runtime_section(r.plan)["checks"] if c[0] == "/var/tmp/sbxc-1000"]
+    assert [c[:3] for c in checks] == [["/var/tmp/sbxc-1000", "dir", "mask"]], checks
 
 
 def test_default_root_that_is_a_symlink_is_skipped_not_mounted(tmp_path):

@@ -102,3 +102,37 @@ def test_plan_file_of_an_earlier_version_without_spans_still_runs_and_refuses(bw
     os.symlink(str(tmp_path), out)
     r = run(sbxc_argv("exec", "--plan", plan, "--", "true"), env=env, cwd=project)
     assert r.rc == 125 and f"{out} became a symlink since the plan was compiled;" in r.err, r
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "oci", "landlock"])
+def test_a_mount_point_that_vanished_is_not_made_on_the_host(sbxc, backend, request):
+    """A cached plan's path checks run beside bwrap's set-up. A folder masked under a
+    `write` rule, removed after the plan was cached, was made again on the host by bwrap
+    (its mount point, through the writable bind: a folder of mode 0755 the user never
+    made), and the late check then found it there and let the run go on. The runner now
+    looks at such mount points before it starts: the plan is compiled again, with the
+    folder missing, and nothing is made. The control: bwrap alone with the same two
+    mounts makes the folder on the host."""
+    from conftest import runc_for
+
+    runc_for(request) if backend == "oci" else None
+    proj = sbxc.project
+    hidden = os.path.join(proj, "hidden")
+    os.mkdir(hidden, 0o700)
+    policy = "sbxc: 1\nextends: [builtin:default]\nfilesystem:\n  - mask {project}/hidden\n"
+    look = ("sh", "-c", "test -e hidden && echo THERE || echo ABSENT")
+    first = sbxc(policy, *look, args=("--backend", backend))
+    assert first.rc == 0 and first.out.strip() in ("THERE", "ABSENT"), first  # cached, with the folder
+    os.rmdir(hidden)
+    second = sbxc(policy, *look, args=("--backend", backend))
+    assert (second.rc, second.out) == (0, "ABSENT\n"), second
+    assert not os.path.lexists(hidden), f"{backend} made {hidden} on the host: {oct(os.stat(hidden).st_mode)}"
+
+
+def test_control_bwrap_makes_a_missing_mount_point_on_the_host(bwrap_works, tmp_path):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    r = run(["bwrap", "--ro-bind", "/", "/", "--bind", str(proj), str(proj), "--tmpfs", str(proj / "hidden"),
+             "--unshare-user", "--", "/bin/true"], env={"PATH": "/usr/bin:/bin"}, cwd=str(tmp_path))
+    assert r.rc == 0, r
+    assert (proj / "hidden").is_dir()

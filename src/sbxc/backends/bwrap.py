@@ -9,7 +9,10 @@ them in the order given), mounts parents before children.
      "argv": [...],                  # options between "bwrap" and "--"; "@fd:empty" marks
                                      # a descriptor the runtime opens on /dev/null
      "seccomp": "<hex>",             # BPF for --seccomp FD (the runtime pipes it in)
-     "network": "on" | "off" | "rules"}
+     "network": "on" | "off" | "rules",
+     "host_points": [[path, kind], ...]}  # only when there are any: rules mounted under a
+                                     # ``write`` rule, whose mount point bwrap would make on
+                                     # the host were it missing (the runner looks first)
 
 How each kind of rule is mounted, and why:
 
@@ -78,6 +81,7 @@ def lower(plan: Plan, host) -> Lowered:
     ops: list[tuple[tuple[int, str, int], list[str]]] = []  # ((depth, path, seq), args)
     remounts: list[str] = []
     self_binds: set[str] = set()
+    host_points: list[list[str]] = []
     by_path = {r.path: r for r in plan.fs}
     rule_paths = by_path.keys()
     seq = 0
@@ -123,6 +127,9 @@ def lower(plan: Plan, host) -> Lowered:
                                     "the path does not exist; bwrap cannot mount it"))
             continue
 
+        if parent_access == WRITE and not cache_rule:
+            # bwrap makes a missing mount point itself, through the writable bind: on the host.
+            host_points.append([p, rule.kind])
         if parent_access == WRITE:
             for d in _between(parent.path, p):
                 if d == "/proc" or d == "/dev" or d.startswith(("/proc/", "/dev/")):
@@ -251,6 +258,8 @@ def lower(plan: Plan, host) -> Lowered:
     low = {"bwrap": host.bwrap, "argv": argv, "seccomp": seccomp_hex, "network": net.mode}
     if host.private_mounts:
         low["private_mounts"] = True
+    if host_points:
+        low["host_points"] = sorted(host_points)
     verdicts.append(verdict(NAME, "env", ENFORCED, plan.env.span))
     return Lowered(NAME, low, tuple(verdicts))
 

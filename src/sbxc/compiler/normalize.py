@@ -215,10 +215,14 @@ def _cache_candidates(cache_plan: CachePlan, ctx: Context, skipped: list[Skipped
         dkind = ctx.paths.kind(droot)
         if cache_plan.enabled and droot == cache_plan.root:
             pass
-        elif droot != used and dkind == KIND_MISSING:
-            # The fixed root under $SBXC_ROOT, not there: the runtime makes only the root it
-            # uses, so this is an ordinary mask of a missing path (nothing to hide, no mount
-            # point to make; a root made later makes the plan stale, and it is masked then).
+        elif droot != used and dkind in (KIND_MISSING, KIND_DIR):
+            # The fixed root under $SBXC_ROOT: the runtime makes only the root it uses, so
+            # this is an ordinary mask, whose path the plan's checks watch. Missing, there
+            # is nothing to hide and no mount point to make; a root made later makes the
+            # plan stale, and it is masked then. There, a root removed later (cleared, aged
+            # out of /var/tmp) makes the plan stale too, where a mask the runtime was
+            # trusted to make would have had bwrap or runc make a mount point for it on
+            # the host (a folder wider than the runtime's 0700), or fail every run.
             cands.append(_Cand(droot, MASK, dkind, cache_plan.span, cachemod.default_root_label(droot), "filesystem"))
         elif dkind in (KIND_MISSING, KIND_DIR):
             cands.append(_Cand(droot, MASK, dkind, cache_plan.span, cachemod.default_root_label(droot), "cache"))
