@@ -85,3 +85,29 @@ def test_setid_filters_compile_with_the_calls_denied_outright(arch):
     b = seccomp.compile_filter(_plan(["chmod", "fchmodat", "openat2", "open"]), arch, purpose="bwrap",
                                network=Network(NET_ON))
     assert len(b) % 8 == 0
+
+
+def test_a_rule_on_a_call_libseccomp_cannot_name_fails_the_build():
+    """A call that a rule names, unknown to libseccomp and without a number in
+    NEW_SYSCALL_NUMBERS, stops the build instead of leaving the rule out; one with a
+    number there is written with it. (Live: tests/live/test_seccomp_escapes.py.)"""
+    from sbxc.compiler.plan import NET_ON, Network, SyscallPlan
+
+    real = seccomp._pyseccomp()
+
+    class Older:
+        def __init__(self, unknown):
+            self.unknown = unknown
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def resolve_syscall(self, arch, name):
+            return -1 if name in self.unknown else real.resolve_syscall(arch, name)
+
+    plan = SyscallPlan(tuple(sorted(seccomp.BUILTIN_DENY)))
+    with pytest.raises(ValueError, match="no name for 'fchmod'"):
+        seccomp.build_filter(plan, "x86_64", purpose="landlock", network=Network(NET_ON), lib=Older({"fchmod"}))
+    f = seccomp.build_filter(plan, "x86_64", purpose="landlock", network=Network(NET_ON), lib=Older({"fchmodat2"}))
+    assert seccomp.export(f)
+    assert seccomp.NEW_SYSCALL_NUMBERS["fchmodat2"] == 452

@@ -59,7 +59,7 @@ BUILTIN_DENY: dict[str, str] = {
     "quotactl_fd": "changes disk quotas",
     "lookup_dcookie": "resolves kernel directory cookies to paths (profiling interface)",
     "syslog": "reads the kernel log (addresses, other users' activity)",
-    "vhangup": "hangs up the controlling terminal of other sessions",
+    "vhangup": "hangs up the caller's terminal for every process that has it open",
     "iopl": "gives direct access to I/O ports",
     "ioperm": "gives direct access to I/O ports",
     "settimeofday": "changes the host clock",

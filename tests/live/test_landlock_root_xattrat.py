@@ -118,3 +118,41 @@ def test_file_setattr_refused_on_host_files(tree, tmp_path):
     assert _nodump(target)
     _flags(target, clear=_FS_NODUMP_FL)
     assert not _nodump(target)
+
+
+IOCTL_PROBE = textwrap.dedent(r'''
+    import fcntl, os, struct, sys
+    fd = os.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK)  # a read is all the ioctl needs
+    flags = struct.unpack("l", fcntl.ioctl(fd, 0x80086601, b"\0" * 8))[0]  # FS_IOC_GETFLAGS
+    out = []
+    for req in (0x40086602, 0x40046602):  # FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS
+        try:
+            fcntl.ioctl(fd, req, struct.pack("l", flags | 0x40))  # FS_NODUMP_FL
+            out.append(0)
+        except OSError as e:
+            out.append(-e.errno)
+    print(*out)
+''')
+
+
+def test_inode_flag_ioctls_refused_on_host_files(tree, tmp_path):
+    """chattr's ioctls do what file_setattr does, on any root-owned host file through a
+    read-only rule (an fd opened for reading is enough; Landlock's ioctl right covers
+    devices only): refused as root on Landlock like the metadata calls. The control: the
+    same ioctls outside the sandbox set the flag."""
+    if landlock_abi() < 6:
+        pytest.skip("Landlock ABI 6 needed")
+    target = f"{tree}/outside/o.txt"
+    assert not _nodump(target)
+    plan = make_plan(cases.shared_rules(tree), project=f"{tree}/proj")
+    r = cases.run_plan(plan, "landlock", [SANDBOX_PYTHON, "-c", IOCTL_PROBE, target], cwd=f"{tree}/proj",
+                       tmp=str(tmp_path))
+    assert r.rc == 0 and r.out.split() == ["-1", "-1"], r  # EPERM, both forms
+    assert not _nodump(target)
+    import subprocess
+
+    p = subprocess.run([SANDBOX_PYTHON, "-c", IOCTL_PROBE, target], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.split()[0] == "0", p
+    assert _nodump(target)
+    _flags(target, clear=_FS_NODUMP_FL)
+    assert not _nodump(target)

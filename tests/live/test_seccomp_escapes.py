@@ -72,11 +72,13 @@ def _run(backend: str, tree: str, tmp_path, script: str, *args, network=NET_ON) 
     return json.loads(r.out.strip().splitlines()[-1])
 
 
-def _filtered(script: str, tmp_path, *args, purpose="landlock", root_metadata=False, host_ipc=False) -> dict:
+def _filtered(script: str, tmp_path, *args, purpose="landlock", root_metadata=False, host_ipc=False,
+              bpf=None) -> dict:
     """The probe under the compiled filter alone (no Landlock, no namespace): shows the
-    filter itself refuses, whatever namespaces a runner adds."""
-    bpf = seccomp.compile_filter(SyscallPlan(tuple(sorted(seccomp.BUILTIN_DENY))), "x86_64", purpose=purpose,
-                                 network=Network(NET_ON), root_metadata=root_metadata, host_ipc=host_ipc)
+    filter itself refuses, whatever namespaces a runner adds. ``bpf``: that filter instead."""
+    if bpf is None:
+        bpf = seccomp.compile_filter(SyscallPlan(tuple(sorted(seccomp.BUILTIN_DENY))), "x86_64", purpose=purpose,
+                                     network=Network(NET_ON), root_metadata=root_metadata, host_ipc=host_ipc)
     path = tmp_path / f"f-{os.urandom(3).hex()}.hex"
     path.write_text(bpf.hex())
     loader = textwrap.dedent(r'''
@@ -369,6 +371,11 @@ REFUSED = [
     ("netlink uevent", AF_NETLINK, SOCK_DGRAM, 15),
     ("netlink generic", AF_NETLINK, SOCK_RAW, 16),
     ("family 100", 100, SOCK_STREAM, 0),
+    # Other families through an allowed one: AF_INET with SOCK_PACKET is an AF_PACKET
+    # socket, IPPROTO_SMC on AF_INET or AF_INET6 an AF_SMC one (Linux 6.11).
+    ("inet SOCK_PACKET", 2, 10, 0x0300),
+    ("inet IPPROTO_SMC", 2, SOCK_STREAM, 256),
+    ("inet6 IPPROTO_SMC", 10, SOCK_STREAM, 256),
 ]
 
 SOCK_PROBE = textwrap.dedent(r'''
@@ -490,3 +497,88 @@ def test_persona_flags_refused(tree, tmp_path, backend):
 @pytest.mark.parametrize("purpose", ["landlock", "bwrap"])
 def test_filter_alone_refuses_persona_flags(tree, tmp_path, purpose):
     _check_persona_kept(_persona(None, tree, tmp_path, filtered=purpose))
+
+
+@pytest.mark.root_only  # the control needs CAP_NET_RAW, which only root has here
+@pytest.mark.parametrize("purpose", ["bwrap", "landlock"])
+def test_filter_alone_refuses_families_reached_through_inet(tree, tmp_path, purpose):
+    """The filter itself refuses them, whatever the runner's capabilities and the
+    kernel's build. The control: root without the filter gets an AF_PACKET socket from
+    AF_INET with SOCK_PACKET, and the kernel answers IPPROTO_SMC with something else than
+    EPERM (a socket, or EPROTONOSUPPORT without SMC)."""
+    tries = [t for t in REFUSED if t[0].startswith(("inet ", "inet6 "))]
+    assert len(tries) == 3, tries
+    outside = _run(None, tree, tmp_path, SOCK_PROBE, json.dumps(tries))
+    assert outside["inet SOCK_PACKET"] == 0, outside
+    assert outside["inet IPPROTO_SMC"] != -EPERM and outside["inet6 IPPROTO_SMC"] != -EPERM, outside
+    got = _filtered(SOCK_PROBE, tmp_path, json.dumps(tries), purpose=purpose)
+    for name, *_ in tries:
+        assert got[name] == -EPERM, (name, got)
+    assert got["control netlink route"] == 0 and got["control socketpair unix"] == 0, got
+
+
+# ------------------------------------------------------------------ an older libseccomp
+
+class _OlderLibseccomp:
+    """pyseccomp without names for ``unknown`` (resolve gives -1), as a libseccomp older
+    than the calls gives (upstream 2.5.4 knows none after cachestat, Ubuntu 22.04's 2.5.3
+    and RHEL 9's 2.5.2 fewer): this host's knows them, so the filter is built through it."""
+
+    def __init__(self, unknown):
+        self._real = seccomp._pyseccomp()
+        self._unknown = set(unknown)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def resolve_syscall(self, arch, name):
+        return -1 if name in self._unknown else self._real.resolve_syscall(arch, name)
+
+
+SETID_PROBE = textwrap.dedent(r'''
+    import ctypes, json, os, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    L = ctypes.c_long
+    d = sys.argv[1]
+    out = {}
+    a = os.path.join(d, "a")
+    open(a, "w").close()
+    os.chmod(a, 0o755)
+    r = libc.syscall(L(452), L(-100), a.encode(), L(0o4755), L(0))  # fchmodat2
+    out["fchmodat2 setuid"] = [0 if r == 0 else -ctypes.get_errno(), os.stat(a).st_mode & 0o7777]
+    class How(ctypes.Structure):
+        _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+    b = os.path.join(d, "b")
+    how = How(os.O_CREAT | os.O_WRONLY, 0o4755, 0)
+    r = libc.syscall(L(437), L(-100), b.encode(), ctypes.byref(how), L(ctypes.sizeof(how)))  # openat2
+    out["openat2 setuid"] = [0 if r >= 0 else -ctypes.get_errno(),
+                             os.stat(b).st_mode & 0o7777 if os.path.exists(b) else -1]
+    r = libc.syscall(L(452), L(-100), a.encode(), L(0o700), L(0))
+    out["control fchmodat2 plain"] = 0 if r == 0 else -ctypes.get_errno()
+    print(json.dumps(out))
+''')
+
+
+@pytest.mark.parametrize("purpose", ["bwrap", "landlock"])
+def test_setid_rules_hold_with_a_libseccomp_that_lacks_the_names(tmp_path, purpose):
+    """fchmodat2 (Linux 6.6) and openat2 (5.6) unknown to libseccomp: their rules were
+    skipped, so fchmodat2 set the setuid bit that fchmodat is refused, and openat2 created
+    a setuid file. They are written with their numbers now. The control: without the
+    filter both calls make a setuid file (this kernel has them)."""
+    free_dir = tmp_path / "free"
+    free_dir.mkdir()
+    p = subprocess.run([sys.executable, "-c", SETID_PROBE, str(free_dir)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    free = json.loads(p.stdout)
+    assert free["fchmodat2 setuid"] == [0, 0o4755] and free["openat2 setuid"][0] == 0, free
+    assert free["openat2 setuid"][1] & 0o4000, free
+    lib = _OlderLibseccomp({"fchmodat2", "openat2", "clone3"})
+    f = seccomp.build_filter(SyscallPlan(tuple(sorted(seccomp.BUILTIN_DENY))), "x86_64", purpose=purpose,
+                             network=Network(NET_ON), lib=lib)
+    box = tmp_path / "box"
+    box.mkdir()
+    got = _filtered(SETID_PROBE, tmp_path, str(box), bpf=seccomp.export(f))
+    assert got["fchmodat2 setuid"] == [-EPERM, 0o755], got
+    assert got["openat2 setuid"] == [-errno.ENOSYS, -1], got
+    assert got["control fchmodat2 plain"] == 0, got

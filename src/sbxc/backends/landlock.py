@@ -159,7 +159,8 @@ def listing_dirs(plan: Plan) -> tuple[str, ...]:
 
 
 METADATA_GAP = ("the mode bits (not setuid/setgid: seccomp refuses those), group, extended attributes, "
-                "ACLs and times of files the caller owns can still change (no Landlock ABI covers metadata)")
+                "ACLs, inode flags (chattr) and times of files the caller owns can still change (no Landlock ABI "
+                "covers metadata)")
 
 
 class _Lowering:
@@ -438,7 +439,8 @@ def lower(plan: Plan, host) -> Lowered:
         L.v("syscalls", ENFORCED, plan.syscalls.span)
         if L.host_is_root:
             L.v("metadata (root)", NARROWED, BUILTIN_SPAN,
-                "as root, chmod, chown and extended attributes (ACLs) are refused everywhere: no Landlock ABI "
+                "as root, chmod, chown, extended attributes (ACLs) and inode flags (chattr) are refused "
+                "everywhere: no Landlock ABI "
                 "covers metadata, and root owns every root-owned file on the host (chmod of the command's own "
                 "outputs fails too; times can still change); use bwrap for root")
     except (ValueError, OSError, ImportError) as e:  # unknown name, unsupported arch, no libseccomp

@@ -20,11 +20,16 @@ from ..denylist import (  # noqa: F401  (the tables, data only; re-exported for 
 )
 
 
-# Calls newer than the libseccomp this compiler may be built with (2.5.4 knows none of
-# these): without their numbers a name in a table here would silently match nothing.
+# Calls newer than some libseccomp this compiler may be built with (upstream 2.5.4 knows
+# none after 451; Debian 12's point release knows up to 456, Ubuntu 22.04's 2.5.3 and
+# RHEL 9's 2.5.2 fewer): a rule on a call libseccomp has no name for is written with its
+# number from here, and a call in neither is an error, never a rule dropped in silence.
 # Since Linux 5.1 new calls have one number on every architecture (asm-generic and
 # x86_64 tables were aligned at 424).
 NEW_SYSCALL_NUMBERS: dict[str, int] = {
+    "clone3": 435,  # Linux 5.3: its flags are in memory, so it answers ENOSYS
+    "openat2": 437,  # Linux 5.6: its mode is in memory, so it answers ENOSYS
+    "fchmodat2": 452,  # Linux 6.6: its setuid/setgid rules, and as root on Landlock refused
     "setxattrat": 463,
     "removexattrat": 466,
     "file_setattr": 469,  # Linux 6.17
@@ -87,6 +92,19 @@ AF_INET6 = 10
 AF_NETLINK = 16
 SOCK_STREAM = 1
 SOCK_SEQPACKET = 5
+SOCK_PACKET = 10  # with AF_INET the kernel makes an AF_PACKET socket of it
+IPPROTO_SMC = 256  # with AF_INET or AF_INET6 (Linux 6.11) the kernel makes an SMC socket
+# linux/fs.h, linux/fsverity.h, linux/fscrypt.h (x86_64 and aarch64 alike): the ioctls that
+# change an inode's flags, attributes, version or encryption, as chattr and file_setattr do.
+FS_IOC_SETFLAGS = 0x40086602
+FS_IOC32_SETFLAGS = 0x40046602
+FS_IOC_SETVERSION = 0x40087602
+FS_IOC32_SETVERSION = 0x40047602
+FS_IOC_FSSETXATTR = 0x401C5820
+FS_IOC_ENABLE_VERITY = 0x40806685
+FS_IOC_SET_ENCRYPTION_POLICY = 0x800C6613
+INODE_ATTR_IOCTLS = (FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_SETVERSION, FS_IOC32_SETVERSION, FS_IOC_FSSETXATTR,
+                     FS_IOC_ENABLE_VERITY, FS_IOC_SET_ENCRYPTION_POLICY)
 SOCK_TYPE_MASK = 0xF
 IPPROTO_TCP = 6
 MSG_FASTOPEN = 0x20000000
@@ -161,6 +179,14 @@ def _family_rules(s, f, eperm, families: tuple[int, ...]) -> None:
     if AF_NETLINK in families:
         # 64-bit compare: a protocol with high bits set is refused (the kernel takes an int).
         f.add_rule(eperm, "socket", s.Arg(0, s.EQ, AF_NETLINK), s.Arg(2, s.NE, NETLINK_ROUTE))
+    # Other families reached through an allowed one: AF_INET with SOCK_PACKET is an
+    # AF_PACKET socket (CAP_NET_RAW, dropped everywhere, is the kernel's own check), and
+    # IPPROTO_SMC on AF_INET or AF_INET6 an AF_SMC one (no privilege needed).
+    if AF_INET in families:
+        f.add_rule(eperm, "socket", s.Arg(0, s.EQ, AF_INET), s.Arg(1, s.MASKED_EQ, SOCK_TYPE_MASK, SOCK_PACKET))
+    for fam in (AF_INET, AF_INET6):
+        if fam in families:
+            f.add_rule(eperm, "socket", s.Arg(0, s.EQ, fam), s.Arg(2, s.MASKED_EQ, 0xFFFFFFFF, IPPROTO_SMC))
     _deny_values(s, f, eperm, "socketpair", 0, (AF_UNIX,), _AF_LIMIT)
 
 
@@ -218,10 +244,27 @@ def _process_rules(s, f, eperm, native: int, denied: set) -> None:
 
 def _deny_numbered(s, f, action, native: int, name: str) -> None:
     """Refuse ``name`` by name, or by its number where libseccomp does not know it."""
-    if _exists(s, native, name):
-        f.add_rule(action, name)
-    elif name in NEW_SYSCALL_NUMBERS:
-        f.add_rule(action, NEW_SYSCALL_NUMBERS[name])
+    ref = _ref(s, native, name)
+    if ref is not None:
+        f.add_rule(action, ref)
+
+
+def _ref(s, native: int, name: str):
+    """What a rule names ``name`` by: its name where libseccomp knows it, its number where
+    libseccomp is older than the call (NEW_SYSCALL_NUMBERS), None where the call does not
+    exist on this arch (aarch64 has no chmod, open, creat or mknod). A name known to
+    neither raises: a rule meant to refuse a call must not vanish."""
+    try:
+        nr = s.resolve_syscall(native, name)
+    except (ValueError, RuntimeError, OSError):
+        nr = -1
+    if nr >= 0:
+        return name
+    if name in NEW_SYSCALL_NUMBERS:
+        return NEW_SYSCALL_NUMBERS[name]
+    if nr == -1:
+        raise ValueError(f"seccomp: this libseccomp has no name for {name!r}, and sbxc has no number for it")
+    return None  # a pseudo number: not a call on this arch
 
 
 def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Network, optimize: bool = True,
@@ -255,12 +298,13 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
 
     for name in sorted(set(syscalls.deny) | set(BUILTIN_DENY)):
         nr = s.resolve_syscall(native, name)
-        if nr == -1:
+        if nr == -1 and name not in NEW_SYSCALL_NUMBERS:
             raise ValueError(f"seccomp: unknown syscall {name!r}")
-        if nr < 0:
+        ref = _ref(s, native, name)
+        if ref is None:
             # A pseudo number: the call does not exist on this arch, nothing to refuse.
             continue
-        f.add_rule(s.ERRNO(_ERRNO_OVERRIDE.get(name, errno.EPERM)), name)
+        f.add_rule(s.ERRNO(_ERRNO_OVERRIDE.get(name, errno.EPERM)), ref)
 
     denied = set(syscalls.deny)
     outright = dict(ROOT_METADATA_DENY) if root_metadata else {}
@@ -281,13 +325,19 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
         # ssh and pinentry can no longer ask for a password in it.
         for req in (TIOCSTI, TIOCLINUX, TIOCSETD, TIOCCONS, TIOCEXCL):
             f.add_rule(eperm, "ioctl", s.Arg(1, s.MASKED_EQ, 0xFFFFFFFF, req))
+        if root_metadata:
+            # What file_setattr does (refused with ROOT_METADATA_DENY), chattr does with
+            # these: as root, ownership is all they ask of a root-owned host file, and an
+            # fd opened for reading is enough. Landlock's ioctl right covers devices only.
+            for req in INODE_ATTR_IOCTLS:
+                f.add_rule(eperm, "ioctl", s.Arg(1, s.MASKED_EQ, 0xFFFFFFFF, req))
     if "clone" not in denied:
         f.add_rule(eperm, "clone", s.Arg(0, s.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
     if "unshare" not in denied:
         f.add_rule(eperm, "unshare", s.Arg(0, s.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
     # (With ``allow_only`` ENOSYS is the default: libseccomp refuses a rule that repeats it.)
     if "clone3" not in denied and allow_only is None:
-        f.add_rule(s.ERRNO(errno.ENOSYS), "clone3")
+        f.add_rule(s.ERRNO(errno.ENOSYS), _ref(s, native, "clone3"))
     if "personality" not in denied:
         _persona_rules(s, f, eperm)
 
@@ -335,22 +385,25 @@ def _setid_rules(s, f, eperm, native: int, denied: set, openat2_rule: bool = Tru
     is set (the chmod family) and where a file is created with one (open with O_CREAT or
     O_TMPFILE, creat, mknod). openat2 carries its mode in memory, so it answers ENOSYS."""
     for name, argno in sorted(_CHMOD_MODE_ARG.items()):
-        if name in denied or not _exists(s, native, name):
+        ref = None if name in denied else _ref(s, native, name)
+        if ref is None:
             continue
         for bit in (S_ISUID, S_ISGID):
-            f.add_rule(eperm, name, s.Arg(argno, s.MASKED_EQ, bit, bit))
+            f.add_rule(eperm, ref, s.Arg(argno, s.MASKED_EQ, bit, bit))
     for name, (flags_arg, mode_arg) in sorted(_CREATE_MODE_ARG.items()):
-        if name in denied or not _exists(s, native, name):
+        ref = None if name in denied else _ref(s, native, name)
+        if ref is None:
             continue
         for bit in (S_ISUID, S_ISGID):
             if flags_arg is None:
-                f.add_rule(eperm, name, s.Arg(mode_arg, s.MASKED_EQ, bit, bit))
+                f.add_rule(eperm, ref, s.Arg(mode_arg, s.MASKED_EQ, bit, bit))
                 continue
             # The mode counts only with O_CREAT or O_TMPFILE; without them it may be garbage.
             for flag in (O_CREAT, O_TMPFILE_BIT):
-                f.add_rule(eperm, name, s.Arg(flags_arg, s.MASKED_EQ, flag, flag), s.Arg(mode_arg, s.MASKED_EQ, bit, bit))
-    if openat2_rule and "openat2" not in denied and _exists(s, native, "openat2"):
-        f.add_rule(s.ERRNO(errno.ENOSYS), "openat2")
+                f.add_rule(eperm, ref, s.Arg(flags_arg, s.MASKED_EQ, flag, flag), s.Arg(mode_arg, s.MASKED_EQ, bit, bit))
+    ref = None if not openat2_rule or "openat2" in denied else _ref(s, native, "openat2")
+    if ref is not None:
+        f.add_rule(s.ERRNO(errno.ENOSYS), ref)
 
 
 def export(f) -> bytes:

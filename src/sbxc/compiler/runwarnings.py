@@ -65,7 +65,8 @@ def run_warnings(plan: Plan, diagnostics, backend: str, host) -> list:
                 "or its .git (.git/index.lock); use --backend bwrap, or drop the stricter rule")
         if getattr(host, "uid", 1) == 0:
             out.append(
-                "landlock as root: chmod, chown and extended attributes are refused everywhere (no Landlock ABI "
+                "landlock as root: chmod, chown, extended attributes and inode flags are refused everywhere (no "
+                "Landlock ABI "
                 "covers metadata, and root owns the host's files), so `chmod +x`, `python -m venv` and installers "
                 "that set file modes fail; use --backend bwrap for root")
     return out
