@@ -552,8 +552,10 @@ def test_feedback_suggests_no_rule_for_the_unspecified_address_or_a_bad_socks_na
         "for this host itself, which no rule may name; connect to the address the service listens on)",
         f"sbxc: blocked [::]:{echo.port} (not allowed by sandbox.policy.yaml:4: the unspecified address stands "
         "for this host itself, which no rule may name; connect to the address the service listens on)",
-        f"sbxc: blocked 127.0.0.2:{echo.port} (not allowed by sandbox.policy.yaml:4); "
-        f"allow it with \"allow 127.0.0.2:{echo.port}\""]), lines
+        # The rule offered would open a service of this host: the line says so.
+        f"sbxc: blocked 127.0.0.2:{echo.port} (not allowed by sandbox.policy.yaml:4; 127.0.0.2 is not a public "
+        "address (this host's loopback, or a private or link-local network): the rule would let the command "
+        f"reach what listens there); allow it with \"allow 127.0.0.2:{echo.port}\""]), lines
     assert sum(1 for h, _, _ in p.refused() if not h) >= 1  # the SOCKS name: counted, unnamed
 
 
@@ -838,6 +840,19 @@ def test_the_count_of_refusals_is_true_beyond_what_is_shown(echo, monkeypatch, c
     assert lines[-1] == (f"sbxc: ... and {proxy_server.MAX_REFUSALS - 20} more refusals not shown; "
                          f"{n} connections refused in all"), lines[-1]
     assert status.blocked_connections == n and len(status.blocked) == proxy_server.MAX_REFUSALS
+
+
+def test_repeats_of_a_refusal_shown_add_no_line(echo, monkeypatch, capsys):
+    """The same connection refused twice: its one line, and no "... and 0 more refusals
+    not shown" after it; the JSON still counts both."""
+    p = start([("127.0.0.1", (echo.port,))])
+    for _ in range(2):
+        s, head = connect(p, "127.0.0.1:9")
+        assert head.startswith(b"HTTP/1.1 403"), head
+        s.close()
+    lines, status = _finish(p, monkeypatch, capsys)
+    assert len(lines) == 1 and lines[0].startswith("sbxc: blocked 127.0.0.1:9 "), lines
+    assert status.blocked_connections == 2
 
 
 def test_a_proxy_failure_is_told_however_many_refusals(echo, monkeypatch, capsys):

@@ -113,7 +113,10 @@ class ProxyRun:
         for line in lines[:_MAX_LINES]:
             own_line(line + "\n")
         shown = min(len(lines), _MAX_LINES)
-        if len(lines) > shown or self.refused_count > len(self.refused):
+        # Only when lines were left out (the proxy keeps more distinct refusals than are
+        # shown, so one it did not keep means some were): a repeat of a refusal shown is
+        # not one more.
+        if len(lines) > shown:
             own_line(f"sbxc: ... and {len(lines) - shown} more refusals not shown; "
                      f"{self.refused_count} connections refused in all\n")
         if failure:
@@ -168,6 +171,14 @@ def blocked(host: str, port: int, at: str, cwd: str, reason: str = "") -> tuple:
                 why = (f"not allowed by {where}: the unspecified address stands for this host itself, which no rule "
                        "may name; connect to the address the service listens on")
             break
+    from ..hostnames import is_public, parse_addr
+
+    literal = parse_addr(host.strip("[]"))
+    if rule and literal is not None and not is_public(*literal):
+        # The rule a person would add opens a service of this host (or of its private
+        # network) to the command: say so, where the hint offers it.
+        why += (f"; {host} is not a public address (this host's loopback, or a private or link-local "
+                "network): the rule would let the command reach what listens there")
     return host, port, rule, where, why
 
 

@@ -228,10 +228,13 @@ def _proc_uid(fam: int, src: bytes, sport: int, dst: bytes, dport: int) -> int |
 
 
 def own_address(family: int, packed: bytes) -> bool:
-    """Is this one of this host's own addresses? Only a local address can be bound
-    (EADDRNOTAVAIL otherwise); nothing is sent. A host that allows binding foreign
-    addresses (net.ipv4.ip_nonlocal_bind) makes every address look local: then only
-    address rules reach any address, which narrows, never widens."""
+    """Is a connection to this address delivered to this host itself? Yes for an address
+    that can be bound (EADDRNOTAVAIL otherwise), and for one the kernel routes as local
+    or anycast without its being assigned (a local route over a whole IPv6 prefix, which
+    some hosts use to answer for it; bind() refuses those): both asked of the kernel,
+    nothing is sent. A host that allows binding foreign addresses
+    (net.ipv4.ip_nonlocal_bind) makes every address look local: then only address rules
+    reach any address, which narrows, never widens."""
     fam, raw = match.canonical_addr(family, packed)
     try:
         s = _socket.socket(fam, _socket.SOCK_DGRAM)
@@ -241,9 +244,39 @@ def own_address(family: int, packed: bytes) -> bool:
         s.bind((match.addr_text(fam, raw), 0))
         return True
     except OSError:
-        return False
+        pass
     finally:
         s.close()
+    return route_type(fam, raw) in (_RTN_LOCAL, _RTN_ANYCAST)
+
+
+_RTM_NEWROUTE, _RTM_GETROUTE, _NLMSG_ERROR, _NLM_F_REQUEST, _RTA_DST = 24, 26, 2, 1, 1
+_RTN_LOCAL, _RTN_ANYCAST = 2, 4
+
+
+def route_type(fam: int, raw: bytes) -> int:
+    """The type of the route the kernel would take to ``raw`` (RTM_GETROUTE on a netlink
+    socket: RTN_UNICAST 1, RTN_LOCAL 2, RTN_ANYCAST 4 ...), or -1 when there is none or
+    the question cannot be asked."""
+    attr = (4 + len(raw)).to_bytes(2, "little") + _RTA_DST.to_bytes(2, "little") + raw
+    body = bytes([fam, len(raw) * 8, 0, 0, 0, 0, 0, 0]) + bytes(4) + attr
+    msg = (16 + len(body)).to_bytes(4, "little") + _RTM_GETROUTE.to_bytes(2, "little") \
+        + _NLM_F_REQUEST.to_bytes(2, "little") + (1).to_bytes(4, "little") + bytes(4) + body
+    try:
+        s = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, 0)  # NETLINK_ROUTE
+    except OSError:
+        return -1
+    try:
+        s.settimeout(2.0)
+        s.sendto(msg, (0, 0))
+        reply = s.recv(65536)
+    except OSError:
+        return -1
+    finally:
+        s.close()
+    if len(reply) < 16 + 12 or int.from_bytes(reply[4:6], "little") != _RTM_NEWROUTE:
+        return -1  # NLMSG_ERROR: no route (ENETUNREACH), or anything else
+    return reply[16 + 7]
 
 
 class Server:
