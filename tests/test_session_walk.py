@@ -29,3 +29,44 @@ def test_a_tree_deeper_than_the_path_limit_is_refused_in_one_line(tmp_path):
 def test_control_a_tree_within_the_limit_is_walked(tmp_path):
     (tmp_path / "a" / "b").mkdir(parents=True)
     assert [rel for rel, _ in walk(str(tmp_path))] == ["", "a", "a/b"]
+
+
+def test_a_folder_swapped_for_a_link_while_walked_is_never_entered(tmp_path):
+    """A command of the session still running swaps a folder for a link to a host folder
+    between the walk's listing and its entering the folder (here: at the moment the walk
+    hands the folder out): nothing of the host folder is listed, and the walk says the
+    folder changed. It went in by path before and listed the host's tree."""
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    (ws / "src" / "mine.py").write_text("x\n")
+    host = tmp_path / "host-only"
+    (host / "inner").mkdir(parents=True)
+    (host / "inner" / "PRIVATE").write_text("secret\n")
+    seen = []
+    with pytest.raises(Refusal) as e:
+        for rel, _ in walk(str(ws)):
+            seen.append(rel)
+            if rel == "src":
+                os.rename(ws / "src", ws / "src-moved")
+                os.symlink(host, ws / "src")
+    assert not any("inner" in r or "PRIVATE" in r for r in seen), seen
+    assert "changed while it was read" in e.value.line() and "\n" not in e.value.line()
+    # The control: the same tree, walked again now, shows the link as a link, never entered.
+    assert sorted(r for r, _ in walk(str(ws))) == ["", "src", "src-moved", "src-moved/mine.py"]
+
+
+def test_comparing_a_fifo_swapped_in_returns_at_once(tmp_path):
+    """A FIFO where a file was (a command still running swapped it) is not opened for a
+    read that waits for a writer: the comparison says "not the same" at once."""
+    import threading
+
+    from sbxc.runtime.session_copy import _same_content
+
+    (tmp_path / "file").write_text("x\n")
+    os.mkfifo(tmp_path / "fifo")
+    got = []
+    t = threading.Thread(target=lambda: got.append(_same_content(str(tmp_path / "fifo"), str(tmp_path / "file"))),
+                         daemon=True)
+    t.start()
+    t.join(5)
+    assert got == [False], "the comparison waited on the FIFO"

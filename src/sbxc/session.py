@@ -133,7 +133,8 @@ class Session:
     def apply(self, paths=()) -> dict:
         """Copy the changes (at or under ``paths``, or all) to the host project:
         {"applied": [...], "refused": [{"path", "change", "why"}]}."""
-        p = self._sbxc("session", "apply", self.id, *paths, "--format", "json")
+        # After "--": a path the command named "-h" or "--format" is a path, not an option.
+        p = self._sbxc("session", "apply", self.id, "--format", "json", "--", *paths)
         if p.returncode != 0 and not p.stdout:
             raise SessionError(p.stderr.decode("utf-8", "replace").strip())
         return self._answer(p)

@@ -100,13 +100,24 @@ def unified(meta: dict, ws: str, rel: str, change: str, limit: int = 1 << 20) ->
             pass
     old = [] if change == "added" else _read_text(meta["project"], rel, limit)
     new = [] if change == "deleted" else _read_text(ws, rel, limit)
+    # Each file's part opens with a line naming it, as git's does: a mode change alone (no
+    # text to compare) is then never read as part of the next file's diff.
+    head = f"diff a/{shown(rel)} b/{shown(rel)}\n"
     if old is None or new is None:
-        return modes
-    lines = difflib.unified_diff(old, new, f"a/{shown(rel)}", f"b/{shown(rel)}")
+        return head + modes if modes else ""
+    lines = list(difflib.unified_diff(old, new, f"a/{shown(rel)}", f"b/{shown(rel)}"))
+    if not lines and not modes:
+        return ""
     # The contents are the command's too: a control character in them (an escape sequence
     # that moves the cursor or clears a line) could rewrite what the person sees above.
-    # Shown as escapes, tabs aside; the line ends stay.
-    return modes + "".join(_visible(line) for line in lines)
+    # Shown as escapes, tabs aside; the line ends stay. A last line without its newline is
+    # marked as diff(1) marks it, so the next line of the output does not run on from it.
+    out = []
+    for line in lines:
+        out.append(_visible(line))
+        if not line.endswith("\n"):
+            out.append("\n\\ No newline at end of file\n")
+    return head + modes + "".join(out)
 
 
 def _visible(line: str) -> str:
@@ -217,6 +228,10 @@ def _copy_file(src_dir: int, name: str, dst_dir: int, tmp: str) -> None:
                     view = view[os.write(dfd, view):]
             # Permission bits only: a set-uid bit made in a sandbox never reaches the host.
             os.fchmod(dfd, stat.S_IMODE(st.st_mode) & 0o777 & ~_umask())
+            # The workspace's times: the host's copy is then what the manifest records of
+            # both (size and mtime), so a later change of the file applies again instead
+            # of being taken for a change on the host.
+            os.utime(dfd, ns=(st.st_atime_ns, st.st_mtime_ns))
             if unnamed:
                 os.link(f"/proc/self/fd/{dfd}", tmp, dst_dir_fd=dst_dir, follow_symlinks=True)
         finally:
@@ -268,6 +283,7 @@ def _apply_one(project: str, ws: str, rel: str, change: str, e) -> None:
                 if not _link_inside(rel, target, (ws, project)):
                     raise Refused(f"a symlink to '{shown(target)}', which leads out of the project or through another link")
                 os.symlink(target, tmp, dir_fd=hdir)
+                os.utime(tmp, ns=(wst.st_atime_ns, wst.st_mtime_ns), dir_fd=hdir, follow_symlinks=False)
             else:
                 _copy_file(wdir, name, hdir, tmp)
             try:
@@ -299,8 +315,11 @@ def selected(rows: dict, project: str, paths) -> dict:
     for p in paths:
         rel = os.path.relpath(os.path.normpath(p), project) if p.startswith("/") else os.path.normpath(p)
         want.append("" if rel == "." else rel)
+    # Outside the project: ".." or under it (a name that only starts with two dots, such as
+    # "..foo", is inside).
     return {r: c for r, c in rows.items()
-            if any(w == "" or (not w.startswith("..") and (r == w or r.startswith(w + "/"))) for w in want)}
+            if any(w == "" or (w != ".." and not w.startswith("../") and (r == w or r.startswith(w + "/")))
+                   for w in want)}
 
 
 def apply(manifest: dict, meta: dict, ws: str, paths=(), max_bytes=None) -> list:

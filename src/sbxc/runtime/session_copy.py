@@ -24,6 +24,7 @@ content: any later write gets a later ctime.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -83,8 +84,10 @@ def _content(path: str, kind: str):
         import hashlib
 
         h = hashlib.sha256()
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")  # a FIFO swapped in
             while True:
                 b = os.read(fd, 1 << 20)
                 if not b:
@@ -127,44 +130,74 @@ def copy_tree(src: str, dest: str, environ) -> None:
                            "make every file of the project readable to you, then start the session again")
 
 
+_WALK_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PATH_MAX = 4096
+
+
+def _walk_refusal(where: str, e: OSError):
+    from .errors import Refusal, shown
+
+    if isinstance(e, PermissionError):
+        # A folder the session's command made unreadable (chmod 000): said, not a crash.
+        return Refusal(f"cannot read the folder {shown(where)} ({e.strerror})",
+                       "make it readable again (chmod u+rwx), from the session if it is the session's")
+    if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+        # A command of the session still running swapped the folder (for a link, say)
+        # while it was read: nothing through it is read.
+        return Refusal(f"the folder {shown(where[:200])} changed while it was read",
+                       "run it again once the session's commands have ended")
+    # EMFILE, ENAMETOOLONG and the like: folders nested deeper than the limits allow.
+    return Refusal(f"cannot read the folder {shown(where[:200])}... ({e.strerror})",
+                   "remove the deep folders from the session (sbxc exec --session ID -- rm -r ...)")
+
+
+def _listing(fd: int, where: str) -> list:
+    """(name, lstat) of every entry of the folder ``fd``, last name first."""
+    try:
+        with os.scandir(fd) as it:
+            out = [(e.name, e.stat(follow_symlinks=False)) for e in it]
+    except OSError as e:
+        raise _walk_refusal(where, e) from None
+    out.sort(reverse=True)
+    return out
+
+
 def walk(top: str):
     """(relative path, lstat) of ``top`` and everything below it, parents first; never
-    follows a symlink (scandir's entries are not followed, folders are entered by name
-    only when they are folders)."""
-    yield "", os.lstat(top)
-    todo = [""]
-    while todo:
-        rel = todo.pop()
-        where = top + "/" + rel if rel else top
-        try:
-            it = os.scandir(where)
-        except PermissionError as e:
-            # A folder the session's command made unreadable (chmod 000): said, not a crash.
-            from .errors import Refusal, shown
-
-            raise Refusal(f"cannot read the folder {shown(where)} ({e.strerror})",
-                          "make it readable again (chmod u+rwx), from the session if it is the session's") from None
-        except OSError as e:
-            # ENAMETOOLONG and the like: folders nested so deep that the workspace's longer
-            # path passes the system's limit where the project's did not.
-            from .errors import Refusal, shown
-
-            raise Refusal(f"cannot read the folder {shown(where[:200])}... ({e.strerror})",
-                          "remove the deep folders from the session (sbxc exec --session ID -- rm -r ...)") from None
-        with it:
-            for e in it:
-                r = rel + "/" + e.name if rel else e.name
+    follows a symlink: each folder is opened from its parent's descriptor with
+    ``O_NOFOLLOW``, so a folder that a command still running swaps for a link (to a host
+    folder, say) is never entered."""
+    try:
+        fd = os.open(top, _WALK_DIR)
+    except OSError as e:
+        raise _walk_refusal(top, e) from None
+    stack = []
+    try:
+        yield "", os.fstat(fd)
+        stack.append(("", fd, _listing(fd, top)))
+        while stack:
+            rel, fd, entries = stack[-1]
+            if not entries:
+                stack.pop()
+                os.close(fd)
+                continue
+            name, st = entries.pop()
+            r = rel + "/" + name if rel else name
+            if len(top) + len(r) > 1000 and len(os.fsencode(top + "/" + r)) >= _PATH_MAX:
+                # Past what a path may name: the steps after the walk name paths.
+                raise _walk_refusal(top + "/" + r, OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG)))
+            yield r, st
+            if stat.S_ISDIR(st.st_mode):
+                where = top + "/" + r
                 try:
-                    st = e.stat(follow_symlinks=False)
-                except OSError as err:
-                    from .errors import Refusal, shown
-
-                    raise Refusal(f"cannot read the folder {shown(where[:200])}... ({err.strerror})",
-                                  "remove the deep folders from the session (sbxc exec --session ID -- rm -r ...)"
-                                  ) from None
-                yield r, st
-                if stat.S_ISDIR(st.st_mode):
-                    todo.append(r)
+                    cfd = os.open(name, _WALK_DIR, dir_fd=fd)
+                except OSError as e:
+                    raise _walk_refusal(where, e) from None
+                stack.append((r, cfd, []))  # closed below, also when its listing fails
+                stack[-1] = (r, cfd, _listing(cfd, where))
+    finally:
+        for _, dfd, _ in stack:
+            os.close(dfd)
 
 
 def record(project: str, ws: str, started_ns: int, base: dict | None = None, base_ws: str = "",
@@ -300,16 +333,21 @@ def _open_dir(dirs: dict, rel: str):
 
 
 def _same_content(a: str, b: str) -> bool:
+    """Whether the regular files ``a`` and ``b`` hold the same bytes (False for anything
+    else: O_NONBLOCK, so a FIFO swapped in meanwhile never holds the caller)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        fa = os.open(a, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fa = os.open(a, flags)
     except OSError:
         return False
     try:
-        fb = os.open(b, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fb = os.open(b, flags)
     except OSError:
         os.close(fa)
         return False
     try:
+        if not (stat.S_ISREG(os.fstat(fa).st_mode) and stat.S_ISREG(os.fstat(fb).st_mode)):
+            return False
         while True:
             x = os.read(fa, 1 << 20)
             y = os.read(fb, 1 << 20)

@@ -39,7 +39,8 @@ def run(session, ephemeral: bool, policy, plan, backend, network, cmd, environ, 
             fd, meta = open_session(store_fd, session)
         try:
             if not ephemeral and not try_lock(fd, shared=True):
-                raise Refusal(f"session {session} is being stopped", "start another session")
+                raise Refusal(f"session {session} is being applied or stopped",
+                              "wait for that to end, then run again (sbxc session list shows whether it is still there)")
             if not ephemeral:
                 if policy is None and plan is None and meta.get("policy"):
                     policy = meta["policy"]
