@@ -171,3 +171,46 @@ def test_landlock_never_carries_a_project_rule_through_a_link_made_since_the_che
     assert os.readlink(os.path.join(project, "a")) == str(elsewhere)  # the swap was made
     assert r.rc == 125 and "is a link now" in r.err and r.err.count("\n") == 1, r
     assert not (elsewhere / "b" / "f").exists()
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
+def test_a_link_the_command_plants_never_opens_a_mask(sbxc, project, home, backend, request):
+    """`read? {project}/vendor/shared`, missing: the command makes it a link to
+    ~/.ssh/id_rsa, which builtin:default masks. The deepest rule decides, so the next
+    compile (the optional path appeared) granted the key to every later run, with no
+    warning. A rule reached through a link whose real path lies inside a mask or tmpfs is
+    now an error (SBX057): the run is refused and the key stays hidden. The control: the
+    same link under a policy that does not mask ~/.ssh reads the key, so the test sees
+    a grant."""
+    from conftest import runc_for
+
+    runc_for(request) if backend == "oci" else None
+    policy = (f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\n"
+              "filesystem:\n  - read? {project}/vendor/shared\n")
+    plant = sbxc(policy, "sh", "-c", "mkdir -p vendor && ln -s ~/.ssh/id_rsa vendor/shared && echo planted")
+    assert plant.rc == 0 and "planted" in plant.out, plant
+    r = sbxc(policy, "cat", "vendor/shared")
+    assert "PRIVATE KEY" not in r.out, r
+    assert r.rc == 125 and "SBX057" in r.err, r
+    # Named as itself, the path is the person's own choice and the deepest rule wins.
+    named = f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\nfilesystem:\n  - read ~/.ssh/id_rsa\n"
+    n = sbxc(named, "cat", os.path.join(home, ".ssh", "id_rsa"))
+    assert (n.rc, n.out) == (0, "PRIVATE KEY\n"), n
+    # The control: without the mask, the link is followed and the key read.
+    open_home = (f"sbxc: 1\nbackend: {backend}\nfilesystem:\n  - read /\n  - write {{project}}\n  - tmpfs /tmp\n"
+                 "  - read? {project}/vendor/shared\n")
+    c = sbxc(open_home, "cat", "vendor/shared")
+    assert (c.rc, c.out) == (0, "PRIVATE KEY\n"), c
+
+
+def test_a_link_in_the_project_that_leads_where_no_rule_reaches_is_refused(sbxc, outside, project):
+    """A `read` rule spelled through a link in the project (writable: the command can
+    re-point it) to a folder no other rule covers would have the next compile grant
+    wherever the link then points: refused (SBX057), naming the real path to write
+    instead. The control: the real path named as itself is read, and a link in the
+    project to a folder inside it (`latest -> build`) stays fine."""
+    os.symlink(f"{outside}/real", os.path.join(project, "shared"))
+    r = sbxc(_policy("bwrap", "  - read {project}/shared\n"), "cat", "shared/file.txt")
+    assert r.rc == 125 and "SBX057" in r.err and f"read {outside}/real" in r.err, r
+    ok = sbxc(_policy("bwrap", f"  - read {outside}/real\n"), "cat", f"{outside}/real/file.txt")
+    assert (ok.rc, ok.out) == (0, "behind the link\n"), ok

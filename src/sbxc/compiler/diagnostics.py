@@ -82,6 +82,8 @@ CODES: dict[str, tuple[str, str]] = {
     "SBX054": (WARNING, "host group @{group}: {source} names \"{host}\", which no rule may name ({why}); left out"),
     "SBX056": (ERROR, "{verb} {path}: {why}"),
     "SBX055": (ERROR, "!!{tag} \"{text}\" is not a {tag} that YAML 1.2 knows: YAML readers disagree on what it means"),
+    "SBX057": (ERROR, "{verb} {path}: it leads through a symlink to {real}, {hider}: a rule reached through a "
+                      "link must not open what the policy hides or does not grant around its real path"),
 }
 
 

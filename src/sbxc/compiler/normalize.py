@@ -91,6 +91,7 @@ def normalize(st: Settings, ctx: Context, root_dir: str, sources: tuple = ()) ->
     user_dirs = (project or "", home, project_real, home_real)
     cands += _rule_candidates(expanded, ctx, user_dirs, skipped)
     fs = _one_rule_per_path(cands, ctx.diags)
+    _check_links_past_hiding(cands, fs, ctx.diags, ctx.paths.links_on_way)
     _check_undoable_masks(fs, ctx.diags)
     links = _links(cands, home, ctx)
     network = _network(st.network, ctx.diags, st.host_groups, lambda: _group_reader(ctx, home_real, project_real))
@@ -302,6 +303,47 @@ def _rule_candidates(expanded, ctx: Context, user_dirs: tuple, skipped: list[Ski
             continue
         cands.append(_Cand(real, rule.verb, kind, pa.span, pa.text, "filesystem", quiet, lex))
     return cands
+
+
+def _check_links_past_hiding(cands: list[_Cand], fs, diags: list, links_on_way) -> None:
+    """A rule whose path, as written, leads through a symlink that lies in a writable
+    folder (one a sandboxed command may have made or re-pointed: in the project, in the
+    cache, an optional path that was missing) to a real path inside a mask or a tmpfs
+    (the deepest rule decides, so it would win there), or inside no other rule: an error.
+    The next compile would otherwise open a masked secret (``read? {project}/vendor/x``
+    made a link to ``~/.ssh/id_ed25519``), the private /tmp's host folder, or anything the
+    policy grants nothing of. A link the sandbox cannot write (the host's /bin -> usr/bin,
+    one in a read-only home) is the person's own, and so is a rule that names the path
+    itself: both work as written."""
+    by_path = {r.path: r for r in fs}
+
+    def around(path: str):
+        while path != "/":
+            path = posixpath.dirname(path)
+            r = by_path.get(path)
+            if r is not None:
+                return r
+        return None
+
+    for c in cands:
+        if c.access == MASK or not c.lexical or c.lexical == c.path:
+            continue
+        won = by_path.get(c.path)
+        if won is None or won.access != c.access:
+            continue  # a stricter rule on the same path decides there
+        planted = [link for link, _t in links_on_way(c.lexical)
+                   if (w := around(link)) is not None and w.access == WRITE]
+        if not planted:
+            continue
+        outer = around(c.path)
+        if outer is None:
+            hider = f"where no other rule reaches, through {planted[0]} in a writable folder"
+        elif outer.access in (MASK, TMPFS):
+            hider = f"inside `{outer.access} {outer.written or outer.path}`, through {planted[0]} in a writable folder"
+        else:
+            continue
+        diags.append(diag("SBX057", c.span, verb=c.access, path=c.lexical, real=c.path, hider=hider,
+                          hint=f"name the real path if it is meant ({c.access} {c.path}), or remove the link"))
 
 
 def _per_process(path: str) -> str:
