@@ -214,3 +214,26 @@ def test_a_link_in_the_project_that_leads_where_no_rule_reaches_is_refused(sbxc,
     assert r.rc == 125 and "SBX057" in r.err and f"read {outside}/real" in r.err, r
     ok = sbxc(_policy("bwrap", f"  - read {outside}/real\n"), "cat", f"{outside}/real/file.txt")
     assert (ok.rc, ok.out) == (0, "behind the link\n"), ok
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "oci"])
+def test_builtin_default_hides_the_registries_credential_files(sbxc, home, backend, request):
+    """builtin:default masks the credential files of cargo, gradle, maven, rubygems, git's
+    own store, container registries, rclone and the Hugging Face hub, besides ~/.ssh and
+    the rest. The control: each file reads outside the sandbox."""
+    from conftest import runc_for
+
+    runc_for(request) if backend == "oci" else None
+    files = [".cargo/credentials.toml", ".gradle/gradle.properties", ".m2/settings-security.xml",
+             ".gem/credentials", ".config/git/credentials", ".config/containers/auth.json",
+             ".config/rclone/rclone.conf", ".cache/huggingface/token"]
+    for rel in files:
+        path = os.path.join(home, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(f"TOKEN-{rel}\n")
+        assert open(path).read().startswith("TOKEN-")  # the control
+    script = "; ".join(f"cat ~/{rel} 2>/dev/null" for rel in files) + "; echo done"
+    r = sbxc(f"sbxc: 1\nextends: [builtin:default]\nbackend: {backend}\n", "sh", "-c", script)
+    assert r.rc == 0 and r.out.endswith("done\n"), r
+    assert "TOKEN-" not in r.out, r
