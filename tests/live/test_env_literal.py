@@ -35,3 +35,22 @@ def test_a_retyped_plain_value_never_reaches_the_command(sbxc):
     r = sbxc(_policy("    V: \"0755\"\n"), "sh", "-c", f"echo \"$V\" > {marker}")
     assert r.rc == 0, r
     assert marker.read_text() == "0755\n"
+
+
+def test_a_passed_url_with_a_password_is_warned_about(sbxc):
+    """A variable env.pass lets through whose value is a URL with a password
+    (PIP_INDEX_URL=https://user:secret@host/...) reaches the command, which can read it:
+    the run says so, naming the variable, never the value. The control: the same URL
+    without a password, and one the policy sets itself, get no warning."""
+    policy = "sbxc: 1\nextends: [builtin:default]\nbackend: bwrap\nenv:\n  pass: [PIP_INDEX_URL, EXTRA]\n"
+    r = sbxc(policy, "sh", "-c", 'test -n "$PIP_INDEX_URL" && echo seen',
+             env={"PIP_INDEX_URL": "https://user:s3cret@pkgs.example.invalid/simple",
+                  "EXTRA": "https://pkgs.example.invalid/a https://u:pw@pkgs.example.invalid/b"})
+    assert r.rc == 0 and r.out == "seen\n", r
+    assert "warning: PIP_INDEX_URL passes a URL with a password" in r.err, r
+    assert "warning: EXTRA passes a URL with a password" in r.err, r
+    assert "s3cret" not in r.err and "pw@" not in r.err, r
+    quiet = sbxc(policy, "true", env={"PIP_INDEX_URL": "https://pkgs.example.invalid/simple", "EXTRA": "a@b"})
+    assert quiet.rc == 0 and "password" not in quiet.err, quiet
+    chosen = sbxc(policy + "  set:\n    PIP_INDEX_URL: \"https://u:p@pkgs.example.invalid/simple\"\n", "true")
+    assert chosen.rc == 0 and "password" not in chosen.err, chosen

@@ -80,6 +80,25 @@ def build_env(rt: dict, environ, cache_env) -> dict:
     return env
 
 
+def url_passwords(env: dict, set_names) -> list:
+    """The names of passed variables (not ``env.set`` ones) whose value holds a URL with a
+    password (``scheme://user:secret@host``, in any of its space-separated parts, as
+    PIP_EXTRA_INDEX_URL lists them): the command can read it. No value is returned."""
+    out = []
+    for k, v in env.items():
+        if "://" not in v or "@" not in v or k in set_names:
+            continue
+        for part in v.split():
+            at = part.find("://")
+            if at < 0:
+                continue
+            authority = part[at + 3:].split("/", 1)[0]
+            if "@" in authority and ":" in authority.rpartition("@")[0]:
+                out.append(k)
+                break
+    return sorted(out)
+
+
 def load_plan(policy, plan, backend, network, now: HostNow, cwd: str, compile, later=None) -> dict:
     """The plan file for this run: ``plan`` (a --plan file, checked where it lies) or the
     plan cache's for ``policy`` (compiled by ``compile`` on a miss). ``later``: see
@@ -195,6 +214,10 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
         cache = prepare_cache(rt.get("cache") or {}, project=rt.get("project", ""))
         try:
             env = build_env(rt, environ, cache.env)
+            for name in url_passwords(env, {k for k, _ in rt.get("env_set", ())}):
+                sys.stderr.write(f"sbxc: warning: {name} passes a URL with a password into the sandbox (env.pass), "
+                                 "where the command can read it; give the tool its credentials another way, or "
+                                 f"drop {name} from env.pass\n")
             from .probe import find_command
 
             look = env
