@@ -855,6 +855,19 @@ def test_repeats_of_a_refusal_shown_add_no_line(echo, monkeypatch, capsys):
     assert status.blocked_connections == 2
 
 
+def test_a_refused_localhost_is_offered_the_address_rule():
+    """localhost (any spelling) is always loopback: a rule on the name never reaches it
+    (SBX048), so the hint offers the address rule, and says what it opens. The control:
+    a public name gets its own name's rule, with no such note."""
+    from sbxc.runtime.proxy_run import blocked
+
+    for host in ("localhost", "localhost.", "LocalHost", "api.localhost"):
+        _, _, rule, _, why = blocked(host, 18080, "/p/sandbox.policy.yaml:3:5", "/p")
+        assert rule == "allow 127.0.0.1:18080" and "always this host's loopback" in why, (host, rule, why)
+    _, _, rule, _, why = blocked("pkgs.example.org", 18080, "/p/sandbox.policy.yaml:3:5", "/p")
+    assert rule == "allow pkgs.example.org:18080" and "loopback" not in why, why
+
+
 def test_a_proxy_failure_is_told_however_many_refusals(echo, monkeypatch, capsys):
     """The warning that the proxy stopped serving is never among the lines the cap leaves
     out."""

@@ -173,7 +173,16 @@ def blocked(host: str, port: int, at: str, cwd: str, reason: str = "") -> tuple:
             break
     from ..hostnames import is_public, parse_addr
 
-    literal = parse_addr(host.strip("[]"))
+    name = host.rstrip(".").lower()
+    if rule and why == f"not allowed by {where}" and (name == "localhost" or name.endswith(".localhost")):
+        # Always loopback (RFC 6761): a rule on the name never reaches it (SBX048), an
+        # address rule does.
+        rule = f"allow 127.0.0.1:{port}"
+        why += (f"; {host} is always this host's loopback, which only an address rule reaches, and that rule "
+                "would let the command reach what listens there")
+        literal = None
+    else:
+        literal = parse_addr(host.strip("[]"))
     if rule and literal is not None and not is_public(*literal):
         # The rule a person would add opens a service of this host (or of its private
         # network) to the command: say so, where the hint offers it.
