@@ -62,11 +62,33 @@ def test_comparing_a_fifo_swapped_in_returns_at_once(tmp_path):
 
     from sbxc.runtime.session_copy import _same_content
 
-    (tmp_path / "file").write_text("x\n")
-    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "x").write_text("x\n")
+    os.mkfifo(tmp_path / "a" / "x")
     got = []
-    t = threading.Thread(target=lambda: got.append(_same_content(str(tmp_path / "fifo"), str(tmp_path / "file"))),
+    t = threading.Thread(target=lambda: got.append(_same_content(str(tmp_path / "a"), str(tmp_path / "b"), "x")),
                          daemon=True)
     t.start()
     t.join(5)
     assert got == [False], "the comparison waited on the FIFO"
+
+
+def test_the_comparison_never_goes_through_a_folder_swapped_for_a_link(tmp_path):
+    """The workspace's src swapped for a link to a host folder holding a file equal to
+    the project's: the comparison (a yes or no about a host file) is never made through
+    the link. It went by path before and answered "the same". The control: the real
+    folder, with the same bytes, compares equal."""
+    from sbxc.runtime.session_copy import _same_content
+
+    ws, project, host = tmp_path / "ws", tmp_path / "project", tmp_path / "host-only"
+    for d in (ws, project / "src", host):
+        d.mkdir(parents=True)
+    (project / "src" / "f").write_text("same bytes\n")
+    (host / "f").write_text("same bytes\n")
+    os.symlink(host, ws / "src")
+    assert _same_content(str(ws), str(project), "src/f") is False
+    os.unlink(ws / "src")
+    (ws / "src").mkdir()
+    (ws / "src" / "f").write_text("same bytes\n")
+    assert _same_content(str(ws), str(project), "src/f") is True

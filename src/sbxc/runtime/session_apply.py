@@ -92,8 +92,8 @@ def unified(meta: dict, ws: str, rel: str, change: str, limit: int = 1 << 20) ->
         # A mode the command changed is part of what an apply writes (under the caller's
         # umask): shown as git shows it.
         try:
-            a = stat.S_IMODE(os.lstat(f"{meta['project']}/{rel}").st_mode)
-            b = stat.S_IMODE(os.lstat(f"{ws}/{rel}").st_mode)
+            a = stat.S_IMODE(_lstat_in(meta["project"], rel).st_mode)
+            b = stat.S_IMODE(_lstat_in(ws, rel).st_mode)
             if a != b:
                 modes = f"old mode {a:04o}\nnew mode {b:04o} (applied as {b & ~_umask():04o})\n"
         except OSError:
@@ -118,6 +118,15 @@ def unified(meta: dict, ws: str, rel: str, change: str, limit: int = 1 << 20) ->
         if not line.endswith("\n"):
             out.append("\n\\ No newline at end of file\n")
     return head + modes + "".join(out)
+
+
+def _lstat_in(top: str, rel: str):
+    """lstat of ``top/rel``, reached folder by folder without following a link."""
+    d, name = sc.parent_fd(top, rel)
+    try:
+        return os.stat(name, dir_fd=d, follow_symlinks=False)
+    finally:
+        os.close(d)
 
 
 def _visible(line: str) -> str:

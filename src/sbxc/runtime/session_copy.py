@@ -332,16 +332,50 @@ def _open_dir(dirs: dict, rel: str):
     return fd
 
 
-def _same_content(a: str, b: str) -> bool:
-    """Whether the regular files ``a`` and ``b`` hold the same bytes (False for anything
-    else: O_NONBLOCK, so a FIFO swapped in meanwhile never holds the caller)."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+def parent_fd(top: str, rel: str) -> tuple[int, str]:
+    """(descriptor of the folder holding ``top/rel``, its last name), each folder on the
+    way opened from the one before without following a link (O_PATH): a folder that a
+    command still running swapped for a link is never gone through. OSError otherwise."""
+    parts = rel.split("/")
+    fd = os.open(top, _PATH_DIR)
     try:
-        fa = os.open(a, flags)
+        for part in parts[:-1]:
+            nfd = os.open(part, _PATH_DIR, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, parts[-1]
+
+
+def _open_in(top: str, rel: str, flags: int) -> int:
+    d, name = parent_fd(top, rel)
+    try:
+        return os.open(name, flags | os.O_NOFOLLOW, dir_fd=d)
+    finally:
+        os.close(d)
+
+
+def _readlink_in(top: str, rel: str) -> str:
+    d, name = parent_fd(top, rel)
+    try:
+        return os.readlink(name, dir_fd=d)
+    finally:
+        os.close(d)
+
+
+def _same_content(a_top: str, b_top: str, rel: str) -> bool:
+    """Whether ``a_top/rel`` and ``b_top/rel`` are regular files with the same bytes (False
+    for anything else), each reached folder by folder without following a link, and
+    opened O_NONBLOCK, so a FIFO swapped in meanwhile never holds the caller."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fa = _open_in(a_top, rel, flags)
     except OSError:
         return False
     try:
-        fb = os.open(b, flags)
+        fb = _open_in(b_top, rel, flags)
     except OSError:
         os.close(fa)
         return False
@@ -396,14 +430,15 @@ def changes(manifest: dict, project: str, ws: str, after_ns: int, skip=()) -> di
         if stat.S_IMODE(st.st_mode) != e[1] or st.st_size != e[2]:
             out[rel] = "changed"
             continue
-        hpath = project + "/" + rel if rel else project
         if not host_unchanged(project, rel, e):
             if (st.st_ino, st.st_ctime_ns) != (e[6], e[7]):
                 out[rel] = "changed"
             continue
-        wpath = ws + "/" + rel
-        same = os.readlink(wpath) == os.readlink(hpath) if kind == "l" else (
-            _same_content(wpath, hpath) if kind == "f" else True)
+        try:
+            same = _readlink_in(ws, rel) == _readlink_in(project, rel) if kind == "l" else (
+                _same_content(ws, project, rel) if kind == "f" else True)
+        except OSError:
+            same = False  # gone or swapped meanwhile: a change, never a look through a link
         if not same:
             out[rel] = "changed"
     for rel in manifest:
