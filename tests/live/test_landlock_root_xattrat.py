@@ -94,30 +94,41 @@ def _nodump(path: str) -> bool:
     return bool(_flags(path) & _FS_NODUMP_FL)
 
 
-def test_file_setattr_refused_on_host_files(tree, tmp_path):
-    """file_setattr (Linux 6.17) changes a file's flags as chattr does; as root on Landlock
-    it reached root-owned host files through a read-only rule, like the metadata calls
-    ROOT_METADATA_DENY refuses. Named by number there too."""
+def _nodump_probe(tree, tmp_path, probe: str):
+    """``probe`` (which tries to set nodump on a root-owned host file under a read-only
+    rule) as root on Landlock, then outside the sandbox: (the run inside, the run outside,
+    whether the flag was set inside). The flag is cleared again afterwards."""
+    import subprocess
+
     if landlock_abi() < 6:
         pytest.skip("Landlock ABI 6 needed")
     target = f"{tree}/outside/o.txt"
     assert not _nodump(target)
     plan = make_plan(cases.shared_rules(tree), project=f"{tree}/proj")
-    r = cases.run_plan(plan, "landlock", [SANDBOX_PYTHON, "-c", FLAGS_PROBE, target], cwd=f"{tree}/proj",
-                       tmp=str(tmp_path))
+    inside = cases.run_plan(plan, "landlock", [SANDBOX_PYTHON, "-c", probe, target], cwd=f"{tree}/proj",
+                            tmp=str(tmp_path))
+    set_inside = _nodump(target)
+    outside = subprocess.run([SANDBOX_PYTHON, "-c", probe, target], capture_output=True, text=True, timeout=60)
+    set_outside = _nodump(target)
+    if set_outside:
+        _flags(target, clear=_FS_NODUMP_FL)
+        assert not _nodump(target)
+    return inside, outside, set_inside, set_outside
+
+
+def test_file_setattr_refused_on_host_files(tree, tmp_path):
+    """file_setattr (Linux 6.17) changes a file's flags as chattr does; as root on Landlock
+    it reached root-owned host files through a read-only rule, like the metadata calls
+    ROOT_METADATA_DENY refuses. Named by number there too."""
+    r, p, set_inside, set_outside = _nodump_probe(tree, tmp_path, FLAGS_PROBE)
     assert r.rc == 0 and r.out.strip() == "-1", r  # EPERM
-    assert not _nodump(target)
+    assert not set_inside
     # control: the same call outside the sandbox sets the flag (so the kernel and the file
     # system have it)
-    import subprocess
-
-    p = subprocess.run([SANDBOX_PYTHON, "-c", FLAGS_PROBE, target], capture_output=True, text=True, timeout=60)
     if p.stdout.strip() in ("-38", "-95", "-25"):
         pytest.skip(f"no file_setattr for this file here (errno {p.stdout.strip()})")
     assert p.stdout.strip() == "0", p
-    assert _nodump(target)
-    _flags(target, clear=_FS_NODUMP_FL)
-    assert not _nodump(target)
+    assert set_outside
 
 
 IOCTL_PROBE = textwrap.dedent(r'''
@@ -140,19 +151,8 @@ def test_inode_flag_ioctls_refused_on_host_files(tree, tmp_path):
     read-only rule (an fd opened for reading is enough; Landlock's ioctl right covers
     devices only): refused as root on Landlock like the metadata calls. The control: the
     same ioctls outside the sandbox set the flag."""
-    if landlock_abi() < 6:
-        pytest.skip("Landlock ABI 6 needed")
-    target = f"{tree}/outside/o.txt"
-    assert not _nodump(target)
-    plan = make_plan(cases.shared_rules(tree), project=f"{tree}/proj")
-    r = cases.run_plan(plan, "landlock", [SANDBOX_PYTHON, "-c", IOCTL_PROBE, target], cwd=f"{tree}/proj",
-                       tmp=str(tmp_path))
+    r, p, set_inside, set_outside = _nodump_probe(tree, tmp_path, IOCTL_PROBE)
     assert r.rc == 0 and r.out.split() == ["-1", "-1"], r  # EPERM, both forms
-    assert not _nodump(target)
-    import subprocess
-
-    p = subprocess.run([SANDBOX_PYTHON, "-c", IOCTL_PROBE, target], capture_output=True, text=True, timeout=60)
+    assert not set_inside
     assert p.returncode == 0 and p.stdout.split()[0] == "0", p
-    assert _nodump(target)
-    _flags(target, clear=_FS_NODUMP_FL)
-    assert not _nodump(target)
+    assert set_outside

@@ -10,9 +10,9 @@ them in the order given), mounts parents before children.
                                      # a descriptor the runtime opens on /dev/null
      "seccomp": "<hex>",             # BPF for --seccomp FD (the runtime pipes it in)
      "network": "on" | "off" | "rules",
-     "host_points": [[path, kind], ...]}  # only when there are any: rules mounted under a
+     "host_points": [path, ...]}     # only when there are any: rules mounted under a
                                      # ``write`` rule, whose mount point bwrap would make on
-                                     # the host were it missing (the runner looks first)
+                                     # the host were it missing (their checks come first)
 
 How each kind of rule is mounted, and why:
 
@@ -81,7 +81,7 @@ def lower(plan: Plan, host) -> Lowered:
     ops: list[tuple[tuple[int, str, int], list[str]]] = []  # ((depth, path, seq), args)
     remounts: list[str] = []
     self_binds: set[str] = set()
-    host_points: list[list[str]] = []
+    host_points: list[str] = []
     by_path = {r.path: r for r in plan.fs}
     rule_paths = by_path.keys()
     seq = 0
@@ -129,7 +129,7 @@ def lower(plan: Plan, host) -> Lowered:
 
         if parent_access == WRITE and not cache_rule:
             # bwrap makes a missing mount point itself, through the writable bind: on the host.
-            host_points.append([p, rule.kind])
+            host_points.append(p)
         if parent_access == WRITE:
             for d in _between(parent.path, p):
                 if d == "/proc" or d == "/dev" or d.startswith(("/proc/", "/dev/")):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..compiler.plan import MASK, TMPFS, WRITE, is_within
+from ..compiler.plan import MASK, TMPFS, WRITE, is_within, parent_rule  # noqa: F401 (parent_rule: for the backends)
 from ..verdict import ENFORCED, NARROWED, PARTIAL, Verdict, verdict
 
 OWN_MOUNTS = ("/proc", "/dev")
@@ -84,17 +84,6 @@ def rule_subject(rule, plan) -> str:
     if rule.origin == "cache":
         return f"cache: {rule.access} {shown}"
     return f"{rule.access} {shown}"
-
-
-def parent_rule(by_path: dict, path: str):
-    """The deepest rule strictly containing ``path`` (None when none does): walk up the
-    path's folders (O(depth)), not over every rule (a policy may hold thousands)."""
-    while path != "/":
-        path = path.rsplit("/", 1)[0] or "/"
-        rule = by_path.get(path)
-        if rule is not None:
-            return rule
-    return None
 
 
 def folders_between(parent: str, child: str) -> list:

@@ -231,22 +231,16 @@ def _socket_rules(s, f, eperm, syscalls: SyscallPlan, network: Network) -> None:
 def _process_rules(s, f, eperm, native: int, denied: set) -> None:
     """Landlock: the "self" calls of PROCESS_CALLS refused unless they name the caller."""
     for name, (target, kind) in sorted(_SELF_ONLY.items()):
-        if name in denied or not _exists(s, native, name):
+        ref = None if name in denied else _ref(s, native, name)
+        if ref is None:
             continue
         if name == "prlimit64":
-            f.add_rule(eperm, name, s.Arg(target, s.NE, 0), s.Arg(_PRLIMIT_NEW_ARG, s.NE, 0))
+            f.add_rule(eperm, ref, s.Arg(target, s.NE, 0), s.Arg(_PRLIMIT_NEW_ARG, s.NE, 0))
         else:
-            f.add_rule(eperm, name, s.Arg(target, s.NE, 0))
+            f.add_rule(eperm, ref, s.Arg(target, s.NE, 0))
         if kind is not None:
             which_arg, allowed, limit = kind
-            _deny_values(s, f, eperm, name, which_arg, allowed, limit)
-
-
-def _deny_numbered(s, f, action, native: int, name: str) -> None:
-    """Refuse ``name`` by name, or by its number where libseccomp does not know it."""
-    ref = _ref(s, native, name)
-    if ref is not None:
-        f.add_rule(action, ref)
+            _deny_values(s, f, eperm, ref, which_arg, allowed, limit)
 
 
 def _ref(s, native: int, name: str):
@@ -297,10 +291,10 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
         f.set_attr(s.Attr.CTL_OPTIMIZE, 2)
 
     for name in sorted(set(syscalls.deny) | set(BUILTIN_DENY)):
-        nr = s.resolve_syscall(native, name)
-        if nr == -1 and name not in NEW_SYSCALL_NUMBERS:
-            raise ValueError(f"seccomp: unknown syscall {name!r}")
-        ref = _ref(s, native, name)
+        try:
+            ref = _ref(s, native, name)
+        except ValueError:
+            raise ValueError(f"seccomp: unknown syscall {name!r}") from None
         if ref is None:
             # A pseudo number: the call does not exist on this arch, nothing to refuse.
             continue
@@ -312,7 +306,9 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
         outright.update(HOST_IPC_DENY)
     for name in sorted(outright):
         if name not in denied:
-            _deny_numbered(s, f, eperm, native, name)
+            ref = _ref(s, native, name)
+            if ref is not None:
+                f.add_rule(eperm, ref)
             denied.add(name)  # no argument filters below for a call refused outright
     # The kernel reads ioctl's request as an unsigned int: compare the low 32 bits only,
     # so high garbage bits in the register cannot slip past.
@@ -323,14 +319,12 @@ def build_filter(syscalls: SyscallPlan, arch: str, *, purpose: str, network: Net
         # host's console never rests on the capability drop alone. TIOCEXCL outlives the run
         # too: the terminal then refuses every new open (EBUSY) to anyone but root, so sudo,
         # ssh and pinentry can no longer ask for a password in it.
-        for req in (TIOCSTI, TIOCLINUX, TIOCSETD, TIOCCONS, TIOCEXCL):
+        # With root_metadata: what file_setattr does (refused with ROOT_METADATA_DENY),
+        # chattr does with INODE_ATTR_IOCTLS: as root, ownership is all they ask of a
+        # root-owned host file, and an fd opened for reading is enough. Landlock's ioctl
+        # right covers devices only.
+        for req in (TIOCSTI, TIOCLINUX, TIOCSETD, TIOCCONS, TIOCEXCL) + (INODE_ATTR_IOCTLS if root_metadata else ()):
             f.add_rule(eperm, "ioctl", s.Arg(1, s.MASKED_EQ, 0xFFFFFFFF, req))
-        if root_metadata:
-            # What file_setattr does (refused with ROOT_METADATA_DENY), chattr does with
-            # these: as root, ownership is all they ask of a root-owned host file, and an
-            # fd opened for reading is enough. Landlock's ioctl right covers devices only.
-            for req in INODE_ATTR_IOCTLS:
-                f.add_rule(eperm, "ioctl", s.Arg(1, s.MASKED_EQ, 0xFFFFFFFF, req))
     if "clone" not in denied:
         f.add_rule(eperm, "clone", s.Arg(0, s.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
     if "unshare" not in denied:
@@ -372,8 +366,9 @@ def _persona_rules(s, f, eperm) -> None:
 
 
 def _exists(s, native: int, name: str) -> bool:
-    """Whether libseccomp knows ``name`` as a real call on this arch (fchmodat2 is recent;
-    aarch64 has no chmod, open, creat or mknod, only the *at calls)."""
+    """Whether libseccomp knows ``name`` as a real call on this arch: for ``allow_only``,
+    where a call it does not know is simply not allowed (a refusing rule uses ``_ref``,
+    which never drops one)."""
     try:
         return s.resolve_syscall(native, name) >= 0
     except (ValueError, RuntimeError, OSError):

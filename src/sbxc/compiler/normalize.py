@@ -21,7 +21,7 @@ from .hostpaths import HostPaths
 from .plan import (BUILTIN_SPAN, DEFAULT_HOST_PORTS, KIND_DIR, KIND_MISSING, MASK, NET_HOSTS, NET_OFF, NET_ON,
                    NET_RULES, READ, STRICTNESS, TMPFS, WRITE, CachePlan, EnvPlan, HostRule, LandlockPlan, NetRule,
                    Network, PathRule, Plan, SkippedRule, Span,
-                   SyscallPlan, fs_sort_key, stricter)
+                   SyscallPlan, fs_sort_key, parent_rule, stricter)
 from .rules import FsRuleAst, HostRuleAst, NetRuleAst, PathAst
 from .yamltree import shorten
 from .settings import (CacheSettings, EnvSettings, LandlockSettings, Settings, SyscallSettings, Value,
@@ -316,15 +316,6 @@ def _check_links_past_hiding(cands: list[_Cand], fs, diags: list, links_on_way) 
     one in a read-only home) is the person's own, and so is a rule that names the path
     itself: both work as written."""
     by_path = {r.path: r for r in fs}
-
-    def around(path: str):
-        while path != "/":
-            path = posixpath.dirname(path)
-            r = by_path.get(path)
-            if r is not None:
-                return r
-        return None
-
     for c in cands:
         if c.access == MASK or not c.lexical or c.lexical == c.path:
             continue
@@ -332,10 +323,10 @@ def _check_links_past_hiding(cands: list[_Cand], fs, diags: list, links_on_way) 
         if won is None or won.access != c.access:
             continue  # a stricter rule on the same path decides there
         planted = [link for link, _t in links_on_way(c.lexical)
-                   if (w := around(link)) is not None and w.access == WRITE]
+                   if (w := parent_rule(by_path, link)) is not None and w.access == WRITE]
         if not planted:
             continue
-        outer = around(c.path)
+        outer = parent_rule(by_path, c.path)
         if outer is None:
             hider = f"where no other rule reaches, through {planted[0]} in a writable folder"
         elif outer.access in (MASK, TMPFS):

@@ -217,6 +217,18 @@ def is_within(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent + "/")
 
 
+def parent_rule(by_path: dict, path: str):
+    """The deepest rule strictly containing ``path`` in ``by_path`` ({path: rule}; None
+    when none does): walk up the path's folders (O(depth)), not over every rule (a policy
+    may hold thousands)."""
+    while path != "/":
+        path = path.rsplit("/", 1)[0] or "/"
+        rule = by_path.get(path)
+        if rule is not None:
+            return rule
+    return None
+
+
 def stricter(a: str, b: str) -> str:
     return a if STRICTNESS[a] <= STRICTNESS[b] else b
 

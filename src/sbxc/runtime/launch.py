@@ -19,7 +19,7 @@ import sys
 from ..layout import PLAN_FORMAT
 from .errors import REFUSED, NotStartable, PlanOutdated, Refusal, one_line
 from .spec import Context, Feedback, RunState
-from .staleness import HostNow, points_hold, why_stale
+from .staleness import HostNow, recheck_paths, why_stale
 
 # backend name (sbxc.layout.BACKENDS) -> its runner
 SESSION_RUNNERS = ("bwrap", "landlock", "oci")
@@ -188,12 +188,17 @@ def launch(pf: dict, cmd: list, environ, cwd: str, watch=(), paths_checked: bool
             raise stale
         rt = pf["runtime"]
         points = (pf.get("lowered") or {}).get("host_points")
-        if pending and points and not points_hold(points):
+        if pending and points:
             # A cached plan's checks run beside the runner's set-up (bwrap's mounts): a
             # mount point under a writable rule that vanished (or changed) since the plan
-            # was compiled would be made on the host before they could answer. So they
-            # answer now; a plan that no longer holds is compiled again.
-            settle()
+            # was compiled would be made on the host before they could answer. So those
+            # rules' checks come first; where one fails, all of them answer now, and a
+            # plan that no longer holds is compiled again.
+            points = set(points)
+            try:
+                recheck_paths([c for c in rt.get("checks", ()) if c[0] in points])
+            except Refusal:
+                settle()
         if workspace is not None:
             if backend not in SESSION_RUNNERS:
                 # The runner would ignore the workspace and run in the host project.

@@ -155,9 +155,11 @@ def blocked(host: str, port: int, at: str, cwd: str, reason: str = "") -> tuple:
         return host, port, "", where, _unnamed(reason)
     if reason.startswith("only the SOCKS5 CONNECT command"):
         return host, port, "", where, "only the SOCKS5 CONNECT command is supported"
+    plain = True  # the proxy's reason is only that no rule allows the target
     for marker in ("; if that is meant, add: ", "; to allow it: "):
         head, found, tail = reason.partition(marker)
         if found:
+            plain = False
             rule = "allow " + _safe(tail[len("allow "):]) if tail.startswith("allow ") else ""
             if marker.startswith("; if"):
                 # The name is allowed, but it resolves to an address the proxy uses only
@@ -173,21 +175,18 @@ def blocked(host: str, port: int, at: str, cwd: str, reason: str = "") -> tuple:
             break
     from ..hostnames import is_public, parse_addr
 
+    # The rule a person would add opens a service of this host (or of its private network)
+    # to the command: say so, where the hint offers it.
+    opens = "the rule would let the command reach what listens there"
     name = host.rstrip(".").lower()
-    if rule and why == f"not allowed by {where}" and (name == "localhost" or name.endswith(".localhost")):
+    literal = parse_addr(host.strip("[]"))
+    if rule and plain and (name == "localhost" or name.endswith(".localhost")):
         # Always loopback (RFC 6761): a rule on the name never reaches it (SBX048), an
         # address rule does.
         rule = f"allow 127.0.0.1:{port}"
-        why += (f"; {host} is always this host's loopback, which only an address rule reaches, and that rule "
-                "would let the command reach what listens there")
-        literal = None
-    else:
-        literal = parse_addr(host.strip("[]"))
-    if rule and literal is not None and not is_public(*literal):
-        # The rule a person would add opens a service of this host (or of its private
-        # network) to the command: say so, where the hint offers it.
-        why += (f"; {host} is not a public address (this host's loopback, or a private or link-local "
-                "network): the rule would let the command reach what listens there")
+        why += f"; {host} is always this host's loopback, which only an address rule reaches, and {opens}"
+    elif rule and literal is not None and not is_public(*literal):
+        why += f"; {host} is not a public address (this host's loopback, or a private or link-local network): {opens}"
     return host, port, rule, where, why
 
 

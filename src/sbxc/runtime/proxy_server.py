@@ -250,7 +250,7 @@ def own_address(family: int, packed: bytes) -> bool:
     return route_type(fam, raw) in (_RTN_LOCAL, _RTN_ANYCAST)
 
 
-_RTM_NEWROUTE, _RTM_GETROUTE, _NLMSG_ERROR, _NLM_F_REQUEST, _RTA_DST = 24, 26, 2, 1, 1
+_RTM_NEWROUTE, _RTM_GETROUTE, _NLM_F_REQUEST, _RTA_DST = 24, 26, 1, 1
 _RTN_LOCAL, _RTN_ANYCAST = 2, 4
 
 

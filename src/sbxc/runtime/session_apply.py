@@ -31,7 +31,6 @@ import stat
 from . import session_copy as sc
 from .errors import shown
 
-_RD = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _LABEL = {"added": "A", "changed": "M", "deleted": "D"}
 
 
@@ -144,20 +143,9 @@ class Refused(Exception):
 
 
 def _open_dirs(top: str, parts) -> int:
-    """A read descriptor of ``top/parts...``, each folder opened without following a link."""
-    fd = os.open(top, _RD)
-    try:
-        for part in parts:
-            try:
-                nfd = os.open(part, _RD, dir_fd=fd)
-            except OSError as e:
-                raise Refused(f"{shown(part)} on the way is not a folder ({e.strerror})") from None
-            os.close(fd)
-            fd = nfd
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    """A read descriptor of ``top/parts...``, each folder opened without following a link
+    (``session_copy.folder_fd``); a part that is not a folder is Refused."""
+    return sc.folder_fd(top, parts, lambda part, e: Refused(f"{shown(part)} on the way is not a folder ({e.strerror})"))
 
 
 def _exists(dir_fd: int, name: str) -> bool:
@@ -280,7 +268,7 @@ def _apply_one(project: str, ws: str, rel: str, change: str, e) -> None:
                 if change == "added":
                     os.mkdir(name, stat.S_IMODE(wst.st_mode) & 0o777 & ~_umask(), dir_fd=hdir)
                 else:
-                    fd = os.open(name, _RD, dir_fd=hdir)
+                    fd = os.open(name, sc.READ_DIR, dir_fd=hdir)
                     try:
                         os.fchmod(fd, stat.S_IMODE(wst.st_mode) & 0o777 & ~_umask())
                     finally:

@@ -130,7 +130,7 @@ def copy_tree(src: str, dest: str, environ) -> None:
                            "make every file of the project readable to you, then start the session again")
 
 
-_WALK_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_MAX = 4096
 
 
@@ -168,7 +168,7 @@ def walk(top: str):
     ``O_NOFOLLOW``, so a folder that a command still running swaps for a link (to a host
     folder, say) is never entered."""
     try:
-        fd = os.open(top, _WALK_DIR)
+        fd = os.open(top, READ_DIR)
     except OSError as e:
         raise _walk_refusal(top, e) from None
     stack = []
@@ -190,11 +190,15 @@ def walk(top: str):
             if stat.S_ISDIR(st.st_mode):
                 where = top + "/" + r
                 try:
-                    cfd = os.open(name, _WALK_DIR, dir_fd=fd)
+                    cfd = os.open(name, READ_DIR, dir_fd=fd)
                 except OSError as e:
                     raise _walk_refusal(where, e) from None
-                stack.append((r, cfd, []))  # closed below, also when its listing fails
-                stack[-1] = (r, cfd, _listing(cfd, where))
+                try:
+                    entries = _listing(cfd, where)
+                except BaseException:
+                    os.close(cfd)
+                    raise
+                stack.append((r, cfd, entries))
     finally:
         for _, dfd, _ in stack:
             os.close(dfd)
@@ -332,21 +336,32 @@ def _open_dir(dirs: dict, rel: str):
     return fd
 
 
-def parent_fd(top: str, rel: str) -> tuple[int, str]:
-    """(descriptor of the folder holding ``top/rel``, its last name), each folder on the
-    way opened from the one before without following a link (O_PATH): a folder that a
-    command still running swapped for a link is never gone through. OSError otherwise."""
-    parts = rel.split("/")
-    fd = os.open(top, _PATH_DIR)
+def folder_fd(top: str, parts, refusal=None) -> int:
+    """A read descriptor of the folder ``top/parts...``, each folder on the way opened from
+    the one before without following a link: a folder that a command still running
+    swapped for a link is never gone through. OSError otherwise, or for a part on the way,
+    ``refusal(part, error)`` raised when given."""
+    fd = os.open(top, READ_DIR)
     try:
-        for part in parts[:-1]:
-            nfd = os.open(part, _PATH_DIR, dir_fd=fd)
+        for part in parts:
+            try:
+                nfd = os.open(part, READ_DIR, dir_fd=fd)
+            except OSError as e:
+                if refusal is None:
+                    raise
+                raise refusal(part, e) from None
             os.close(fd)
             fd = nfd
     except BaseException:
         os.close(fd)
         raise
-    return fd, parts[-1]
+    return fd
+
+
+def parent_fd(top: str, rel: str) -> tuple[int, str]:
+    """(``folder_fd`` of the folder holding ``top/rel``, its last name)."""
+    parts = rel.split("/")
+    return folder_fd(top, parts[:-1]), parts[-1]
 
 
 def _open_in(top: str, rel: str, flags: int) -> int:

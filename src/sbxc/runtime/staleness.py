@@ -177,20 +177,6 @@ def _kind_of(st_mode: int) -> str:
     return "other"
 
 
-def points_hold(points) -> bool:
-    """Whether each ``[path, kind]`` is still that kind, no symlink: the mount points a
-    runner would make itself, through a writable bind, on the host (bwrap's
-    ``host_points``), looked at before it starts when the rest of the plan's checks run
-    beside its set-up."""
-    for path, kind in points:
-        try:
-            if _kind_of(os.lstat(path).st_mode) != kind:
-                return False
-        except OSError:
-            return False
-    return True
-
-
 def deepest_check(checks, path: str):
     """The plan's check entry (``[path, kind, access, ...]``) of the deepest rule
     containing ``path``, or None. Entries that are not one are passed over."""
